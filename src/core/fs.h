@@ -1,0 +1,28 @@
+// Filesystem helpers: whole-file reads, atomic writes, JSON files with located errors.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <functional>
+#include <string>
+
+namespace glint {
+
+// Reads a whole file. Throws glint::Error naming the path when it cannot be read.
+std::string read_file(const std::string& path);
+
+// Parses a JSON file. Errors name the path and the parser's position.
+nlohmann::json read_json_file(const std::string& path);
+
+// Writes `path` atomically: `write` fills "<path>.tmp.<pid>", which is fsync'ed and
+// renamed over `path`. On any failure the temp file is removed and `path` untouched.
+void write_file_atomic(const std::string& path,
+                       const std::function<void(std::FILE*)>& write);
+void write_text_atomic(const std::string& path, const std::string& text);
+
+// mkdir -p. Throws glint::Error naming the path on failure.
+void make_dirs(const std::string& path);
+
+bool path_exists(const std::string& path);
+
+}  // namespace glint

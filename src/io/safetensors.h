@@ -1,0 +1,73 @@
+// safetensors files: validated header, whole or sliced tensor reads with pread, and
+// atomic writes.
+//
+// Format: 8-byte little-endian header length N, N bytes of JSON
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+//  "__metadata__": {"k": "v"}}, then the data buffer; offsets are relative to it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace glint {
+
+struct TensorInfo {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // absolute byte offset of the first element in the file
+  uint64_t end = 0;    // absolute byte offset one past the last byte
+  int64_t numel() const;
+};
+
+// A safetensors file opened for reading. The constructor validates the whole header:
+// length inside the file, valid JSON, known dtype (F32, BF16, F16, F64, I64, I32, I8,
+// U8, BOOL), non-negative shape, shape x dtype == byte size, offsets inside the data
+// buffer, no two tensors overlapping. Any violation throws glint::Error naming the
+// file, the key and the problem. Reads are pread()s of exactly the bytes needed.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> keys() const;  // sorted
+  bool contains(const std::string& key) const;
+  // Throws glint::Error naming the file and key when absent.
+  const TensorInfo& info(const std::string& key) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // The whole tensor, on CPU, in its stored dtype.
+  at::Tensor read(const std::string& key) const;
+  // Rows [start, start + count) along dim 0, on CPU, in its stored dtype.
+  // REQUIRES: the tensor has at least one dimension. Out-of-range rows throw.
+  at::Tensor read_rows(const std::string& key, int64_t start, int64_t count) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t file_size_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` (any device, dtype among those above; copied to CPU contiguous) in
+// the given order, with optional string metadata. Atomic: a temp file is renamed over
+// `path` only after everything is written. Duplicate names throw glint::Error.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// "F32" <-> c10::kFloat, etc. parse throws glint::Error naming `where` for unknown names.
+c10::ScalarType safetensors_dtype(const std::string& name, const std::string& where);
+std::string safetensors_dtype_name(c10::ScalarType t);
+
+}  // namespace glint
