@@ -19,7 +19,7 @@ namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
   std::ostringstream os;
-  (os << ... << args);
+  ((os << args), ...);
   return os.str();
 }
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line,

@@ -1,0 +1,214 @@
+#include "lora/lora.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/causal_lm.h"
+
+namespace glint {
+
+namespace {
+
+const std::vector<std::string> kLinearTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+const std::vector<std::string> kExpertTargets = {"gate_up_proj", "down_proj"};
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+double LoraOptions::scale() const {
+  return use_rslora ? alpha / std::sqrt(double(r)) : alpha / double(r);
+}
+
+void LoraOptions::parse_targets(const std::string& list, const std::string& what,
+                                LoraOptions* out) {
+  out->target_modules.clear();
+  out->target_parameters.clear();
+  out->all_targets = false;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    if (item == "all") {
+      out->all_targets = true;
+      out->target_modules = kLinearTargets;
+      out->target_parameters = kExpertTargets;
+    } else if (item.rfind("experts.", 0) == 0 && contains(kExpertTargets, item.substr(8))) {
+      if (!contains(out->target_parameters, item.substr(8)))
+        out->target_parameters.push_back(item.substr(8));
+    } else if (contains(kLinearTargets, item)) {
+      if (!contains(out->target_modules, item)) out->target_modules.push_back(item);
+    } else {
+      fail(what, ": unknown LoRA target '", item, "' (expected q_proj, k_proj, v_proj, o_proj, "
+           "gate_proj, up_proj, down_proj, experts.gate_up_proj, experts.down_proj or all)");
+    }
+  }
+  GLINT_CHECK(!out->target_modules.empty() || !out->target_parameters.empty(), what,
+              ": no LoRA targets in '", list, "'");
+}
+
+std::string LoraOptions::targets_string() const {
+  std::string s;
+  for (const auto& t : target_modules) s += (s.empty() ? "" : ",") + t;
+  for (const auto& t : target_parameters) s += (s.empty() ? "" : ",") + ("experts." + t);
+  return s;
+}
+
+void LoraOptions::validate(const std::string& where) const {
+  GLINT_CHECK(r > 0, where, ": LoRA rank r must be positive, got ", r);
+  GLINT_CHECK(std::isfinite(alpha) && alpha > 0, where, ": LoRA alpha must be positive, got ", alpha);
+  for (const auto& t : target_modules)
+    GLINT_CHECK(contains(kLinearTargets, t), where, ": unknown target module '", t, "'");
+  for (const auto& t : target_parameters)
+    GLINT_CHECK(contains(kExpertTargets, t), where, ": unknown target parameter '", t, "'");
+}
+
+LoraLinear::LoraLinear(at::Tensor A_, at::Tensor B_, double s)
+    : A(std::move(A_)), B(std::move(B_)), scale(s) {}
+
+at::Tensor LoraLinear::delta(const at::Tensor& x) const {
+  auto dt = x.scalar_type();
+  return at::linear(at::linear(x, A.to(dt)), B.to(dt)) * scale;  // [..., out]
+}
+
+LoraExperts::LoraExperts(at::Tensor A_, at::Tensor B_, double s)
+    : A(std::move(A_)), B(std::move(B_)), scale(s) {}
+
+at::Tensor LoraExperts::delta(const at::Tensor& x, const std::vector<int64_t>& counts) const {
+  auto dt = x.scalar_type();
+  std::vector<at::Tensor> As = A.to(dt).unbind(0), Bs = B.to(dt).unbind(0);
+  std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
+  for (size_t e = 0; e < parts.size(); ++e) {
+    if (counts[e] > 0) parts[e] = at::linear(at::linear(parts[e], As[e]), Bs[e]);  // [n_e, out]
+    else parts[e] = at::empty({0, B.size(1)}, x.options());
+  }
+  return at::cat(parts, 0) * scale;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LoraModel::named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& s : sites) {
+    std::string base = s.module_path + (s.parameter.empty() ? "" : "." + s.parameter);
+    out.emplace_back(base + ".lora_A", s.A());
+    out.emplace_back(base + ".lora_B", s.B());
+  }
+  return out;
+}
+
+std::vector<at::Tensor> LoraModel::parameters() {
+  std::vector<at::Tensor> out;
+  for (auto& p : named_parameters()) out.push_back(p.second);
+  return out;
+}
+
+void LoraModel::detach_from(CausalLMImpl& model) {
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    for (Linear lin : {layer->self_attn->q_proj, layer->self_attn->k_proj,
+                       layer->self_attn->v_proj, layer->self_attn->o_proj})
+      lin->adapter.reset();
+    if (layer->dense_mlp)
+      for (Linear lin : {layer->dense_mlp->gate_proj, layer->dense_mlp->up_proj,
+                         layer->dense_mlp->down_proj})
+        lin->adapter.reset();
+    if (layer->moe) {
+      layer->moe->experts->gate_up_adapter.reset();
+      layer->moe->experts->down_adapter.reset();
+    }
+  }
+  sites.clear();
+}
+
+LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed) {
+  options.validate("LoRA options");
+  at::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  auto dev = model.placement.device;
+  double scale = options.scale();
+  int64_t r = options.r;
+  // A ~ U(-1/sqrt(in), 1/sqrt(in)), drawn on CPU in float32 so the values do not depend
+  // on device or dtype; B = 0.
+  auto init_A = [&](at::IntArrayRef shape, int64_t in) {
+    at::Tensor a = at::empty(shape, at::kFloat);
+    double bound = 1.0 / std::sqrt(double(in));
+    a.uniform_(-bound, bound, gen);
+    return a.to(dev, options.dtype).set_requires_grad(true);
+  };
+  auto zeros = [&](at::IntArrayRef shape) {
+    return at::zeros(shape, at::TensorOptions().dtype(options.dtype).device(dev))
+        .set_requires_grad(true);
+  };
+  LoraModel lm;
+  lm.options = options;
+  std::vector<bool> module_used(options.target_modules.size(), false);
+  std::vector<bool> param_used(options.target_parameters.size(), false);
+  auto attach_linear = [&](Linear lin, const std::string& path, const std::string& name) {
+    auto it = std::find(options.target_modules.begin(), options.target_modules.end(), name);
+    if (it == options.target_modules.end()) return;
+    module_used[it - options.target_modules.begin()] = true;
+    auto ad = std::make_shared<LoraLinear>(init_A({r, lin->in_features()}, lin->in_features()),
+                                           zeros({lin->out_features(), r}), scale);
+    lin->adapter = ad;
+    lm.sites.push_back({path + "." + name, "", ad, nullptr});
+  };
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    std::string lp = "model.layers." + std::to_string(l);
+    auto& at_ = layer->self_attn;
+    attach_linear(at_->q_proj, lp + ".self_attn", "q_proj");
+    attach_linear(at_->k_proj, lp + ".self_attn", "k_proj");
+    attach_linear(at_->v_proj, lp + ".self_attn", "v_proj");
+    attach_linear(at_->o_proj, lp + ".self_attn", "o_proj");
+    if (layer->dense_mlp) {
+      attach_linear(layer->dense_mlp->gate_proj, lp + ".mlp", "gate_proj");
+      attach_linear(layer->dense_mlp->up_proj, lp + ".mlp", "up_proj");
+      attach_linear(layer->dense_mlp->down_proj, lp + ".mlp", "down_proj");
+    }
+    if (layer->moe) {
+      ExpertsImpl& ex = *layer->moe->experts;
+      int64_t E = ex.num_local(), I = ex.intermediate(), H = ex.gate_up_proj.size(2);
+      // Registration order of the experts module: gate_up_proj, then down_proj.
+      for (size_t k = 0; k < kExpertTargets.size(); ++k) {
+        const std::string& name = kExpertTargets[k];
+        auto it = std::find(options.target_parameters.begin(), options.target_parameters.end(), name);
+        if (it == options.target_parameters.end()) continue;
+        param_used[it - options.target_parameters.begin()] = true;
+        int64_t in = name == "gate_up_proj" ? H : I, out = name == "gate_up_proj" ? 2 * I : H;
+        auto ad = std::make_shared<LoraExperts>(init_A({E, r, in}, in), zeros({E, out, r}), scale);
+        if (name == "gate_up_proj") ex.gate_up_adapter = ad;
+        else ex.down_adapter = ad;
+        lm.sites.push_back({lp + ".mlp.experts", name, nullptr, ad});
+      }
+    }
+  }
+  if (options.all_targets) {  // keep only the targets this model has
+    lm.options.target_modules.clear();
+    lm.options.target_parameters.clear();
+    for (size_t i = 0; i < module_used.size(); ++i)
+      if (module_used[i]) lm.options.target_modules.push_back(options.target_modules[i]);
+    for (size_t i = 0; i < param_used.size(); ++i)
+      if (param_used[i]) lm.options.target_parameters.push_back(options.target_parameters[i]);
+    lm.options.all_targets = false;
+    return lm;
+  }
+  for (size_t i = 0; i < module_used.size(); ++i)
+    GLINT_CHECK(module_used[i], "LoRA target module '", options.target_modules[i],
+                "' matches no module of this ", model.config.model_type, " model");
+  for (size_t i = 0; i < param_used.size(); ++i)
+    GLINT_CHECK(param_used[i], "LoRA target parameter '", options.target_parameters[i],
+                "' matches no parameter of this ", model.config.model_type,
+                " model (it has no MoE layers)");
+  return lm;
+}
+
+}  // namespace glint

@@ -1,0 +1,92 @@
+// LoRA as a transform of a built model: adapters attached to target linears (PEFT
+// target_modules) and to packed expert weights (PEFT target_parameters).
+//
+// Legend: r rank, in/out features of the adapted projection, E experts held locally.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/adapter.h"
+
+namespace glint {
+
+class CausalLMImpl;
+
+struct LoraOptions {
+  int64_t r = 16;                 // rank
+  double alpha = 32.0;            // scale = alpha / r (alpha / sqrt(r) with rsLoRA)
+  bool use_rslora = false;
+  // Linear module names (PEFT target_modules): q_proj k_proj v_proj o_proj, and the dense
+  // MLP's gate_proj up_proj down_proj.
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  // Packed expert parameters (PEFT target_parameters): gate_up_proj, down_proj.
+  std::vector<std::string> target_parameters = {"gate_up_proj", "down_proj"};
+  c10::ScalarType dtype = c10::kFloat;  // adapter weights' dtype
+  // true: the lists name every supported target and apply_lora keeps those the model
+  // has (a dense model has no expert targets). false: each listed target must match.
+  bool all_targets = true;
+
+  double scale() const;
+  // Splits a CLI list: "q_proj,v_proj,experts.gate_up_proj,experts.down_proj"; "all" is
+  // the default set. Unknown names throw glint::Error naming `what` and the name.
+  static void parse_targets(const std::string& list, const std::string& what, LoraOptions* out);
+  std::string targets_string() const;  // inverse of parse_targets
+  void validate(const std::string& where) const;
+};
+
+// y += (x A^T) B^T * scale.
+class LoraLinear : public LinearAdapter {
+ public:
+  LoraLinear(at::Tensor A, at::Tensor B, double scale);
+  at::Tensor delta(const at::Tensor& x) const override;
+  at::Tensor A;  // [r, in]
+  at::Tensor B;  // [out, r]
+  double scale;
+};
+
+// y_e += (x_e A_e^T) B_e^T * scale for each expert's token group.
+class LoraExperts : public ExpertAdapter {
+ public:
+  LoraExperts(at::Tensor A, at::Tensor B, double scale);
+  at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts) const override;
+  at::Tensor A;  // [E, r, in]
+  at::Tensor B;  // [E, out, r]
+  double scale;
+};
+
+// One adapted site of the model.
+struct LoraSite {
+  std::string module_path;  // HF module path: "model.layers.0.self_attn.q_proj" or
+                            // "model.layers.0.mlp.experts"
+  std::string parameter;    // "" for linears; "gate_up_proj" / "down_proj" for experts
+  std::shared_ptr<LoraLinear> linear;    // set for linear sites
+  std::shared_ptr<LoraExperts> experts;  // set for expert sites
+  at::Tensor& A() { return linear ? linear->A : experts->A; }
+  at::Tensor& B() { return linear ? linear->B : experts->B; }
+};
+
+// The adapters attached to one model.
+class LoraModel {
+ public:
+  LoraOptions options;
+  std::vector<LoraSite> sites;  // in model order
+
+  // Trainable tensors, A then B per site: name "<module_path>[.<parameter>].lora_{A,B}".
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters();
+  std::vector<at::Tensor> parameters();
+  void detach_from(CausalLMImpl& model);  // removes every adapter from the model
+};
+
+// Attaches fresh adapters (A kaiming-uniform a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in));
+// B zeros) to every target in `model`; freezes the base parameters. Deterministic in
+// seed. A target that matches nothing throws glint::Error naming it.
+LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed);
+
+}  // namespace glint

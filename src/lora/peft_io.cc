@@ -1,0 +1,171 @@
+#include "lora/peft_io.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/safetensors.h"
+#include "model/causal_lm.h"
+
+namespace glint {
+
+namespace {
+constexpr const char* kPrefix = "base_model.model.";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kConfigFile = "adapter_config.json";
+}  // namespace
+
+at::Tensor expert_A_to_peft(const at::Tensor& A) {
+  return A.reshape({A.size(0) * A.size(1), A.size(2)});
+}
+
+at::Tensor expert_B_to_peft(const at::Tensor& B) {
+  // [E,out,r] -> [out,r,E] -> [out, r*E]: the expert index varies fastest.
+  return B.permute({1, 2, 0}).reshape({B.size(1), B.size(2) * B.size(0)});
+}
+
+at::Tensor expert_A_from_peft(const at::Tensor& A, int64_t E) {
+  return A.reshape({E, A.size(0) / E, A.size(1)});
+}
+
+at::Tensor expert_B_from_peft(const at::Tensor& B, int64_t E) {
+  return B.reshape({B.size(0), B.size(1) / E, E}).permute({2, 0, 1});
+}
+
+std::string peft_key(const LoraSite& site, bool is_A,
+                     const std::vector<std::string>& expert_targets) {
+  std::string path = kPrefix + site.module_path;
+  if (!site.parameter.empty()) {
+    bool both = std::count(expert_targets.begin(), expert_targets.end(), "gate_up_proj") &&
+                std::count(expert_targets.begin(), expert_targets.end(), "down_proj");
+    if (both && site.parameter == "gate_up_proj") path += ".base_layer";
+  }
+  return path + (is_A ? ".lora_A.weight" : ".lora_B.weight");
+}
+
+std::vector<std::pair<std::string, at::Tensor>> peft_state_dict(LoraModel& lora) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const auto& targets = lora.options.target_parameters;
+  for (auto& s : lora.sites) {
+    at::Tensor A = s.A().detach().to(at::kCPU), B = s.B().detach().to(at::kCPU);
+    if (s.experts) {
+      A = expert_A_to_peft(A);
+      B = expert_B_to_peft(B);
+    }
+    out.emplace_back(peft_key(s, true, targets), A.contiguous());
+    out.emplace_back(peft_key(s, false, targets), B.contiguous());
+  }
+  return out;
+}
+
+nlohmann::json adapter_config_json(const LoraOptions& o, const std::string& base) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& p : o.target_parameters) params.push_back("mlp.experts." + p);
+  return {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", base},
+      {"r", o.r},
+      {"lora_alpha", o.alpha},
+      {"use_rslora", o.use_rslora},
+      {"target_modules", o.target_modules},
+      {"target_parameters", params},
+      {"lora_dropout", 0.0},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"inference_mode", true},
+      {"init_lora_weights", true},
+      {"use_dora", false},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+      {"rank_pattern", nlohmann::json::object()},
+      {"alpha_pattern", nlohmann::json::object()},
+  };
+}
+
+LoraOptions lora_options_from_adapter_config(const std::string& path) {
+  nlohmann::json j = read_json_file(path);
+  GLINT_CHECK(j.is_object(), path, ": must be a JSON object");
+  auto get = [&](const char* key) -> const nlohmann::json& {
+    auto it = j.find(key);
+    GLINT_CHECK(it != j.end(), path, ": missing field '", key, "'");
+    return *it;
+  };
+  GLINT_CHECK(get("peft_type") == "LORA", path, ": peft_type must be \"LORA\", got ",
+              get("peft_type").dump());
+  LoraOptions o;
+  o.all_targets = false;
+  GLINT_CHECK(get("r").is_number_integer(), path, ": field 'r' must be an integer");
+  o.r = get("r").get<int64_t>();
+  GLINT_CHECK(get("lora_alpha").is_number(), path, ": field 'lora_alpha' must be a number");
+  o.alpha = get("lora_alpha").get<double>();
+  if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) o.use_rslora = j["use_rslora"];
+  for (const char* k : {"rank_pattern", "alpha_pattern"})
+    GLINT_CHECK(!j.contains(k) || j[k].is_null() || j[k].empty(), path, ": field '", k,
+                "' is not supported (per-module ranks)");
+  GLINT_CHECK(!j.contains("use_dora") || j["use_dora"] != true, path, ": DoRA is not supported");
+  o.target_modules.clear();
+  o.target_parameters.clear();
+  auto tm = get("target_modules");
+  if (tm.is_string()) tm = nlohmann::json::array({tm});
+  GLINT_CHECK(tm.is_array() || tm.is_null(), path, ": field 'target_modules' must be a list");
+  if (tm.is_array())
+    for (const auto& t : tm) {
+      GLINT_CHECK(t.is_string(), path, ": target_modules entries must be strings");
+      o.target_modules.push_back(t.get<std::string>());
+    }
+  if (j.contains("target_parameters") && j["target_parameters"].is_array())
+    for (const auto& t : j["target_parameters"]) {
+      GLINT_CHECK(t.is_string(), path, ": target_parameters entries must be strings");
+      std::string name = t.get<std::string>();
+      o.target_parameters.push_back(name.substr(name.rfind('.') + 1));
+    }
+  o.validate(path);
+  return o;
+}
+
+void save_adapter(const std::string& dir, LoraModel& lora, const std::string& base) {
+  make_dirs(dir);
+  write_safetensors(dir + "/" + kWeightsFile, peft_state_dict(lora), {{"format", "pt"}});
+  write_text_atomic(dir + "/" + kConfigFile, adapter_config_json(lora.options, base).dump(2) + "\n");
+}
+
+LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
+  LoraOptions o = lora_options_from_adapter_config(dir + "/" + kConfigFile);
+  LoraModel lora = apply_lora(model, o, /*seed=*/0);
+  std::string wpath = dir + "/" + kWeightsFile;
+  SafetensorsFile file(wpath);
+  std::set<std::string> used;
+  const auto& targets = lora.options.target_parameters;
+  for (auto& s : lora.sites) {
+    for (bool is_A : {true, false}) {
+      std::string key = peft_key(s, is_A, targets);
+      GLINT_CHECK(file.contains(key), wpath, ": missing key '", key, "'");
+      at::Tensor t = file.read(key);
+      at::Tensor& dst = is_A ? s.A() : s.B();
+      if (s.experts) {
+        int64_t E = dst.size(0);
+        at::Tensor expect = is_A ? expert_A_to_peft(dst) : expert_B_to_peft(dst);
+        GLINT_CHECK(t.sizes() == expect.sizes(), wpath, ": key '", key, "' has shape ", t.sizes(),
+                    ", expected ", expect.sizes());
+        t = is_A ? expert_A_from_peft(t, E) : expert_B_from_peft(t, E);
+      }
+      GLINT_CHECK(t.sizes() == dst.sizes(), wpath, ": key '", key, "' has shape ", t.sizes(),
+                  ", expected ", dst.sizes());
+      at::NoGradGuard no_grad;
+      dst.copy_(t);
+      used.insert(key);
+    }
+  }
+  for (const auto& key : file.keys())
+    GLINT_CHECK(used.count(key), wpath, ": unexpected key '", key,
+                "' (not a LoRA site of this model with this adapter_config.json)");
+  return lora;
+}
+
+}  // namespace glint

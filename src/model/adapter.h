@@ -1,0 +1,32 @@
+// The LoRA seam. Model code routes every adaptable matmul through an optional adapter;
+// lora/ attaches adapters to a built model from outside.
+//
+// Legend: N tokens, in/out feature sizes of the adapted projection.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace glint {
+
+// Adds a low-rank update to a linear projection: y = x W^T (+ b) + delta(x).
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  // x: [..., in]  ->  [..., out]
+  virtual at::Tensor delta(const at::Tensor& x) const = 0;
+};
+
+// Adds a low-rank update to each expert's projection of a packed expert weight
+// [E, out, in]: y_e = x_e W_e^T + delta_e(x_e), applied to each expert's token group
+// as a low-rank product (a dense per-expert update is never materialised).
+class ExpertAdapter {
+ public:
+  virtual ~ExpertAdapter() = default;
+  // x: [N, in] tokens grouped by local expert, counts[e] rows for expert e  ->  [N, out]
+  virtual at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts) const = 0;
+};
+
+}  // namespace glint

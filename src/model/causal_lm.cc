@@ -1,0 +1,146 @@
+#include "model/causal_lm.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/embedding.h>
+
+#include "core/error.h"
+
+namespace glint {
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& p) {
+  self_attn = register_module("self_attn", Attention(c, p));
+  if (c.is_moe_layer(layer)) {
+    moe = register_module("mlp", MoeBlock(c, p));
+  } else {
+    dense_mlp = register_module("mlp", DenseMlp(c.hidden_size, c.intermediate_size, p));
+  }
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RotaryTables& rope,
+                                     const at::Tensor& mask,
+                                     std::vector<at::Tensor>* router_logits) {
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, mask);
+  at::Tensor normed = post_attention_layernorm->forward(h);
+  if (dense_mlp) return h + dense_mlp->forward(normed);
+  int64_t B = x.size(0), S = x.size(1), H = x.size(2);
+  Routing r;
+  at::Tensor y = moe->forward(normed.reshape({B * S, H}), &r).view({B, S, H});
+  if (router_logits) router_logits->push_back(r.logits);
+  return h + y;
+}
+
+namespace {
+// Holds the embedding matrix under the HF name "embed_tokens.weight".
+class EmbeddingHolder : public torch::nn::Module {
+ public:
+  EmbeddingHolder(int64_t vocab, int64_t hidden, const TensorPlacement& p) {
+    weight = register_parameter(
+        "weight", at::zeros({vocab, hidden}, at::TensorOptions().dtype(p.dtype).device(p.device)));
+  }
+  at::Tensor weight;
+};
+}  // namespace
+
+DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const TensorPlacement& p) {
+  auto holder = register_module("embed_tokens",
+                                std::make_shared<EmbeddingHolder>(c.vocab_size, c.hidden_size, p));
+  embed_tokens = holder.get();
+  embed_tokens_weight = holder->weight;
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(DecoderLayer(c, l, p));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
+}
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& c, const TensorPlacement& p)
+    : config(c), placement(p) {
+  c.validate("model config");
+  model = register_module("model", DecoderStack(c, p));
+  if (!c.tie_word_embeddings)
+    lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false, p));
+}
+
+DecoderLayer CausalLMImpl::layer(int64_t i) const {
+  return DecoderLayer(model->layers->ptr<DecoderLayerImpl>(i));
+}
+
+at::Tensor CausalLMImpl::lm_head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens_weight;
+}
+
+ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                    const at::Tensor& segment_ids) {
+  GLINT_CHECK(input_ids.dim() == 2 && position_ids.sizes() == input_ids.sizes() &&
+                  segment_ids.sizes() == input_ids.sizes(),
+              "model input: input_ids, position_ids and segment_ids must all be [B,S]; got ",
+              input_ids.sizes(), ", ", position_ids.sizes(), ", ", segment_ids.sizes());
+  auto dev = placement.device;
+  at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev), seg = segment_ids.to(dev);
+  RotaryTables rope = rotary_tables(pos, config.head_dim, config.rope_theta);
+  at::Tensor mask = segment_causal_mask(seg);
+  at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
+  ForwardOutput out;
+  for (size_t l = 0; l < model->layers->size(); ++l)
+    x = layer(l)->forward(x, rope, mask, &out.router_logits);
+  out.hidden = model->norm->forward(x);
+  return out;
+}
+
+at::Tensor CausalLMImpl::logits(const at::Tensor& hidden) {
+  if (lm_head) return lm_head->forward(hidden);
+  return at::linear(hidden, model->embed_tokens_weight);
+}
+
+at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
+                               const at::Tensor& labels) {
+  int64_t S = hidden.size(1);
+  at::Tensor h = hidden.narrow(1, 0, S - 1);                          // [B,S-1,H]
+  at::Tensor target = labels.to(hidden.device()).narrow(1, 1, S - 1);  // [B,S-1]
+  auto compute = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor logp = at::log_softmax(model.logits(h).to(compute), -1);  // [B,S-1,V]
+  int64_t V = logp.size(-1);
+  at::Tensor nll = at::nll_loss(logp.reshape({-1, V}), target.reshape({-1}), {},
+                                at::Reduction::None, /*ignore_index=*/-100);
+  return nll.view(target.sizes());
+}
+
+LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
+                         const at::Tensor& labels, const at::Tensor& position_ids,
+                         const at::Tensor& segment_ids) {
+  ForwardOutput out = model.forward(input_ids, position_ids, segment_ids);
+  LossParts parts;
+  parts.ce_sum = token_cross_entropy(model, out.hidden, labels).sum();
+  const ModelConfig& c = model.config;
+  if (c.output_router_logits && !out.router_logits.empty()) {
+    at::Tensor valid = segment_ids.to(model.placement.device).ge(0).reshape({-1});
+    parts.aux_loss = load_balancing_loss(out.router_logits, valid, c.num_experts,
+                                         c.num_experts_per_tok);
+  }
+  return parts;
+}
+
+void init_weights(CausalLMImpl& model, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  double std = model.config.initializer_range;
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (is_norm) {
+      p.fill_(1.0);
+    } else if (is_bias) {
+      p.zero_();
+    } else {
+      // Draw on CPU in float32 so the values do not depend on device or dtype.
+      at::Tensor v = at::empty(p.sizes(), at::kFloat);
+      v.normal_(0.0, std, gen);
+      p.copy_(v);
+    }
+  }
+}
+
+}  // namespace glint

@@ -1,0 +1,85 @@
+// The decoder-only causal LM shared by qwen3_moe and qwen3: embeddings, decoder layers
+// (attention + dense MLP or sparse MoE), final norm, lm_head. Parameter names equal the
+// Hugging Face names (packed-expert form): "model.layers.0.mlp.experts.gate_up_proj".
+//
+// Legend: B rows, S sequence length, H hidden, V vocab, T = B*S tokens, E experts.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/moe.h"
+
+namespace glint {
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& place);
+  // x [B,S,H] -> [B,S,H]; MoE layers append their router logits [T,E] when non-null.
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& mask,
+                     std::vector<at::Tensor>* router_logits);
+
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  DenseMlp dense_mlp{nullptr};  // set for dense layers (registered as "mlp")
+  MoeBlock moe{nullptr};        // set for MoE layers (registered as "mlp")
+};
+TORCH_MODULE(DecoderLayer);
+
+// The "model." part of the HF names.
+class DecoderStackImpl : public torch::nn::Module {
+ public:
+  DecoderStackImpl(const ModelConfig& c, const TensorPlacement& place);
+  at::Tensor embed_tokens_weight;  // [V, H] (registered as embed_tokens.weight)
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::nn::Module* embed_tokens = nullptr;
+};
+TORCH_MODULE(DecoderStack);
+
+struct ForwardOutput {
+  at::Tensor hidden;                       // [B,S,H] after the final norm
+  std::vector<at::Tensor> router_logits;   // per MoE layer, [T,E] float32
+};
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  CausalLMImpl(const ModelConfig& c, const TensorPlacement& place);
+
+  // input_ids, position_ids, segment_ids: [B,S] int64 (see data/sample.h Batch).
+  ForwardOutput forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                        const at::Tensor& segment_ids);
+  at::Tensor logits(const at::Tensor& hidden);  // [..., H] -> [..., V]
+  at::Tensor lm_head_weight() const;            // [V, H]; the embedding when tied
+  DecoderLayer layer(int64_t i) const;
+
+  ModelConfig config;
+  TensorPlacement placement;
+  DecoderStack model{nullptr};
+  Linear lm_head{nullptr};  // absent when tie_word_embeddings
+};
+TORCH_MODULE(CausalLM);
+
+// Per-token cross-entropy with the causal shift: position i predicts labels[:, i+1].
+// hidden [B,S,H], labels [B,S] -> [B,S-1] float32 (0 where the label is ignored).
+at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
+                               const at::Tensor& labels);
+
+// Parts of the training objective for one micro-batch.
+struct LossParts {
+  at::Tensor ce_sum;    // scalar: sum of label-token cross-entropy (float32)
+  at::Tensor aux_loss;  // scalar load-balancing loss, undefined unless output_router_logits
+};
+LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
+                         const at::Tensor& labels, const at::Tensor& position_ids,
+                         const at::Tensor& segment_ids);
+
+// Random init as transformers does: normal(0, initializer_range) for projections,
+// embeddings, router and experts; ones for norms; zeros for biases. Deterministic in seed.
+void init_weights(CausalLMImpl& model, uint64_t seed);
+
+}  // namespace glint

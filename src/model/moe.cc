@@ -1,0 +1,105 @@
+#include "model/moe.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+
+namespace glint {
+
+TokenDispatcher::Dispatched LocalTokenDispatcher::dispatch(const at::Tensor& x,
+                                                           const Routing& r) {
+  int64_t K = r.experts.size(1);
+  at::Tensor flat_experts = r.experts.reshape({-1});                // [N]
+  // Stable sort keeps token order inside each expert group: deterministic results.
+  at::Tensor order = std::get<1>(at::sort(flat_experts, /*stable=*/true, 0, false));  // [N]
+  Dispatched d;
+  d.token_index = at::div(order, K, "floor");                       // [N]
+  d.weight = r.weights.reshape({-1}).index_select(0, order);        // [N]
+  d.tokens = x.index_select(0, d.token_index);                      // [N, H]
+  at::Tensor counts = at::bincount(flat_experts, {}, num_experts_).to(at::kCPU);  // one sync
+  d.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts_);
+  return d;
+}
+
+at::Tensor LocalTokenDispatcher::combine(const at::Tensor& expert_out, const Dispatched& d,
+                                         int64_t num_tokens) {
+  at::Tensor weighted = expert_out * d.weight.unsqueeze(1);         // [N, H]
+  return at::zeros({num_tokens, expert_out.size(1)}, expert_out.options())
+      .index_add(0, d.token_index, weighted);
+}
+
+ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
+                         const TensorPlacement& p, int64_t first)
+    : first_expert(first) {
+  auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
+  gate_up_proj = register_parameter("gate_up_proj", at::zeros({num_local, 2 * intermediate, hidden}, opts));
+  down_proj = register_parameter("down_proj", at::zeros({num_local, hidden, intermediate}, opts));
+}
+
+at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts) {
+  GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
+               num_local(), " local experts");
+  int64_t I = intermediate();
+  std::vector<at::Tensor> w_gu = gate_up_proj.unbind(0), w_dn = down_proj.unbind(0);
+  // One GEMM per local expert over its token group; empty groups cost nothing.
+  auto grouped = [&](const at::Tensor& in, const std::vector<at::Tensor>& w) {
+    std::vector<at::Tensor> parts = in.split_with_sizes(counts, 0);
+    for (size_t e = 0; e < parts.size(); ++e)
+      if (counts[e] > 0) parts[e] = at::matmul(parts[e], w[e].t());
+      else parts[e] = at::empty({0, w[e].size(0)}, in.options());
+    return at::cat(parts, 0);
+  };
+  at::Tensor h = grouped(x, w_gu);                                   // [N, 2I]
+  if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts);
+  at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);  // [N, I]
+  at::Tensor y = grouped(act, w_dn);                                 // [N, H]
+  if (down_adapter) y = y + down_adapter->delta(act, counts);
+  return y;
+}
+
+MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
+    : num_experts(c.num_experts), top_k(c.num_experts_per_tok), norm_topk_prob(c.norm_topk_prob) {
+  gate = register_module("gate", Linear(c.hidden_size, c.num_experts, false, p));
+  experts = register_module("experts", Experts(c.num_experts, c.hidden_size,
+                                               c.moe_intermediate_size, p));
+  dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
+}
+
+Routing MoeBlockImpl::route(const at::Tensor& x) const {
+  auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  Routing r;
+  r.logits = at::linear(x.to(compute), gate->weight.to(compute));   // [T, E]
+  at::Tensor probs = at::softmax(r.logits, -1);
+  auto top = at::topk(probs, top_k, -1);
+  at::Tensor w = std::get<0>(top);                                  // [T, K]
+  if (norm_topk_prob) w = w / w.sum(-1, /*keepdim=*/true);
+  r.weights = w.to(x.scalar_type());
+  r.experts = std::get<1>(top);
+  return r;
+}
+
+at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
+  Routing r = route(x);
+  TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
+  at::Tensor y = experts->forward(d.tokens, d.counts);
+  at::Tensor out = dispatcher->combine(y, d, x.size(0));
+  if (routing_out) *routing_out = std::move(r);
+  return out;
+}
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,
+                               const at::Tensor& valid, int64_t num_experts, int64_t top_k) {
+  GLINT_ASSERT(!router_logits.empty());
+  at::Tensor idx = valid.reshape({-1}).nonzero().reshape({-1});
+  std::vector<at::Tensor> rows;
+  for (const auto& l : router_logits) rows.push_back(l.index_select(0, idx));
+  at::Tensor logits = at::cat(rows, 0);                              // [L*T_valid, E]
+  at::Tensor probs = at::softmax(logits, -1);
+  at::Tensor selected = std::get<1>(at::topk(probs, top_k, -1));     // [., K]
+  at::Tensor one_hot = at::one_hot(selected, num_experts).to(probs.scalar_type());  // [., K, E]
+  at::Tensor tokens_per_expert = one_hot.mean(0);                    // [K, E]
+  at::Tensor prob_per_expert = probs.mean(0);                        // [E]
+  return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * double(num_experts);
+}
+
+}  // namespace glint

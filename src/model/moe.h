@@ -1,0 +1,97 @@
+// The sparse MoE block: float32 router, top-k, token dispatch, packed experts computed
+// grouped by expert, weighted combine.
+//
+// Legend: T tokens, H hidden, E experts (E_local held here), K top-k, I expert width,
+// N = T*K routed token copies (N_local after dispatch).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace glint {
+
+// Router decisions for T tokens.
+struct Routing {
+  at::Tensor logits;   // [T, E] float32, before softmax
+  at::Tensor weights;  // [T, K] in the hidden dtype (renormalized when norm_topk_prob)
+  at::Tensor experts;  // [T, K] int64 expert ids
+};
+
+// Moves routed token copies to the experts that compute them and back.
+// The local version sorts assignments by expert; an expert-parallel version exchanges
+// tokens between ranks. Both must produce the same combine() result.
+class TokenDispatcher {
+ public:
+  struct Dispatched {
+    at::Tensor tokens;            // [N_local, H] grouped by local expert, ascending
+    std::vector<int64_t> counts;  // [E_local] tokens per local expert (host)
+    at::Tensor token_index;       // [N] source token of each sorted copy
+    at::Tensor weight;            // [N] routing weight of each sorted copy
+  };
+  virtual ~TokenDispatcher() = default;
+  // x [T,H], routing for T tokens  ->  tokens grouped by local expert.
+  virtual Dispatched dispatch(const at::Tensor& x, const Routing& routing) = 0;
+  // expert outputs [N_local, H] in dispatch order  ->  [T, H] weighted sum per token.
+  virtual at::Tensor combine(const at::Tensor& expert_out, const Dispatched& d,
+                             int64_t num_tokens) = 0;
+};
+
+// Single-process dispatcher: all E experts are local.
+class LocalTokenDispatcher : public TokenDispatcher {
+ public:
+  explicit LocalTokenDispatcher(int64_t num_experts) : num_experts_(num_experts) {}
+  Dispatched dispatch(const at::Tensor& x, const Routing& routing) override;
+  at::Tensor combine(const at::Tensor& expert_out, const Dispatched& d,
+                     int64_t num_tokens) override;
+
+ private:
+  int64_t num_experts_;
+};
+
+// Packed expert weights: expert e's weights are the dim-0 slice e, so sharding experts
+// is a slice. gate_up_proj rows [0, I) are gate, [I, 2I) are up.
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
+              const TensorPlacement& place, int64_t first_expert = 0);
+  // x [N, H] grouped by local expert with counts[e] rows each  ->  [N, H]
+  at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& counts);
+  int64_t num_local() const { return gate_up_proj.size(0); }
+  int64_t intermediate() const { return down_proj.size(2); }
+
+  at::Tensor gate_up_proj;  // [E_local, 2I, H]
+  at::Tensor down_proj;     // [E_local, H, I]
+  int64_t first_expert;     // global id of local expert 0
+  std::shared_ptr<ExpertAdapter> gate_up_adapter;  // optional LoRA on gate_up_proj
+  std::shared_ptr<ExpertAdapter> down_adapter;     // optional LoRA on down_proj
+};
+TORCH_MODULE(Experts);
+
+class MoeBlockImpl : public torch::nn::Module {
+ public:
+  MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place);
+  // x [T, H] -> [T, H]; the routing is returned through *routing when non-null.
+  at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr);
+  Routing route(const at::Tensor& x) const;
+
+  int64_t num_experts, top_k;
+  bool norm_topk_prob;
+  Linear gate{nullptr};  // router, weight [E, H]; never adapted
+  Experts experts{nullptr};
+  std::shared_ptr<TokenDispatcher> dispatcher;
+};
+TORCH_MODULE(MoeBlock);
+
+// transformers' load-balancing loss over the router logits of all MoE layers, each
+// [T, E] for the same T tokens, counting only tokens where valid [T] is true:
+// E * sum_k,e (fraction of tokens whose k-th choice is e) * (mean router prob of e).
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,
+                               const at::Tensor& valid, int64_t num_experts, int64_t top_k);
+
+}  // namespace glint

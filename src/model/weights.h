@@ -1,0 +1,35 @@
+// The weight-name registry of the Qwen3 families: every parameter of a CausalLM, the
+// Hugging Face keys it comes from, and its expected shape. Loading accepts both the
+// per-expert Hub form (mlp.experts.{e}.{gate,up,down}_proj.weight) and the packed
+// transformers v5 form (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/causal_lm.h"
+
+namespace glint {
+
+class CheckpointReader;
+
+// Copies every parameter of `model` from `ckpt`, converting dtypes. Experts load only
+// the model's local range [first_expert, first_expert + E_local), reading just those
+// bytes. Throws glint::Error naming the key for a missing key, a shape mismatch
+// (expected and actual shapes), or a checkpoint key the model does not use.
+void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt);
+
+// The model's tensors under Hub names, experts split per expert (what transformers'
+// save_pretrained writes). REQUIRES: the model holds all experts.
+std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model);
+
+// Per-expert Hub key of expert e's projection ("gate_proj", "up_proj", "down_proj").
+std::string expert_key(int64_t layer, int64_t expert, const char* proj);
+
+// Writes config.json and the weights (Hub form) of `model` into `dir`.
+void save_pretrained(CausalLMImpl& model, const std::string& dir);
+
+}  // namespace glint
