@@ -2,6 +2,7 @@
 // the number of processes that later split it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

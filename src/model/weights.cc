@@ -142,3 +142,15 @@ void save_pretrained(CausalLMImpl& model, const std::string& dir) {
 }
 
 }  // namespace glint
+
+namespace glint {
+
+CausalLM from_pretrained(const std::string& dir, const TensorPlacement& place) {
+  std::string cfg_path = dir + "/config.json";
+  GLINT_CHECK(path_exists(cfg_path), dir, ": no config.json (is this a Hugging Face model directory?)");
+  CausalLM model(ModelConfig::from_file(cfg_path), place);
+  load_weights(*model, CheckpointReader(dir));
+  return model;
+}
+
+}  // namespace glint

@@ -33,3 +33,10 @@ std::string expert_key(int64_t layer, int64_t expert, const char* proj);
 void save_pretrained(CausalLMImpl& model, const std::string& dir);
 
 }  // namespace glint
+
+namespace glint {
+
+// Builds the model described by dir/config.json and loads its weights.
+CausalLM from_pretrained(const std::string& dir, const TensorPlacement& place);
+
+}  // namespace glint

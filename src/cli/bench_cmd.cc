@@ -1,0 +1,172 @@
+// glint bench: benchmark programs that print one JSON object.
+//
+// bench train: LoRA (or full) training steps on a documented MoE bench model, with the
+// achieved GFLOP/s counted from the model shape next to a sgemm rate measured in the
+// same process on the same threads.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "cli/commands.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace glint::cli {
+
+void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets);
+
+namespace {
+
+// The bench model: Qwen3-MoE shape, ~0.25 B parameters, 16 experts, top-2.
+ModelConfig bench_model_config() {
+  ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.vocab_size = 8192;
+  c.hidden_size = 1024;
+  c.intermediate_size = 2048;
+  c.moe_intermediate_size = 512;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 2;
+  c.max_position_embeddings = 4096;
+  c.validate("bench model");
+  return c;
+}
+
+// Multiply-add FLOPs of one forward pass over B rows of S tokens (matmuls only: the
+// elementwise work is small next to them). Attention counts the full S x S product.
+double forward_flops(const ModelConfig& c, int64_t B, int64_t S) {
+  double T = double(B) * S, H = c.hidden_size, D = c.head_dim;
+  double attn_proj = H * D * (2.0 * c.num_attention_heads + 2.0 * c.num_key_value_heads);
+  double attn_scores = 2.0 * double(S) * D * c.num_attention_heads;  // QK^T and PV, per token
+  double per_token = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    double mlp = c.is_moe_layer(l)
+                     ? 3.0 * H * c.moe_intermediate_size * c.num_experts_per_tok + H * c.num_experts
+                     : 3.0 * H * c.intermediate_size;
+    per_token += attn_proj + attn_scores + mlp;
+  }
+  per_token += H * c.vocab_size;  // lm_head
+  return 2.0 * T * per_token;
+}
+
+double lora_flops_per_token(const LoraModel& lora, const ModelConfig& c) {
+  double r = lora.options.r, f = 0;
+  for (const auto& s : lora.sites) {
+    if (s.linear) f += r * (s.linear->A.size(1) + s.linear->B.size(0));
+    else f += c.num_experts_per_tok * r * (s.experts->A.size(2) + s.experts->B.size(1));
+  }
+  return 2.0 * f;
+}
+
+double sgemm_gflops(int64_t n, int reps) {
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::mm(a, b);  // warm up
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) at::mm(a, b);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * n * n * n * reps / s / 1e9;
+}
+
+int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
+  LoraOptions::parse_targets(targets, "--lora-targets", &opt.lora);
+  if (opt.model_dir.empty()) opt.model_config = bench_model_config();
+  opt.data.clear();
+  opt.eval_samples = 0;
+  Trainer trainer(opt);
+  const ModelConfig& c = trainer.model().config;
+  int64_t S = opt.seq_len > 0 ? opt.seq_len : 512, B = opt.batch_size;
+  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : B;
+  // Random full-length sequences, every token labelled.
+  std::mt19937_64 rng(opt.seed);
+  std::uniform_int_distribution<int64_t> tok(0, c.vocab_size - 1);
+  std::vector<Batch> batches;
+  for (int64_t r0 = 0; r0 < B; r0 += mbs) {
+    Batch b;
+    b.input_ids = at::empty({mbs, S}, at::kLong);
+    auto acc = b.input_ids.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < mbs; ++i)
+      for (int64_t j = 0; j < S; ++j) acc[i][j] = tok(rng);
+    b.labels = b.input_ids.clone();
+    b.position_ids = at::arange(S, at::kLong).unsqueeze(0).repeat({mbs, 1});
+    b.segment_ids = at::zeros({mbs, S}, at::kLong);
+    b.label_tokens = mbs * (S - 1);
+    batches.push_back(b);
+  }
+  for (int64_t i = 0; i < warmup; ++i) trainer.step(batches);
+  StepStats total;
+  for (int64_t i = 0; i < opt.steps; ++i) {
+    StepStats st = trainer.step(batches);
+    total.seconds += st.seconds;
+    total.forward_seconds += st.forward_seconds;
+    total.backward_seconds += st.backward_seconds;
+    total.optimizer_seconds += st.optimizer_seconds;
+    total.tokens += st.tokens;
+  }
+  double n = double(opt.steps);
+  double fwd = forward_flops(c, B, S);
+  // Backward: gradients w.r.t. activations cost one forward; weight gradients cost one
+  // forward more for full training, and only the adapters' share for LoRA.
+  double lora_fwd = opt.full ? 0 : lora_flops_per_token(trainer.lora(), c) * B * S;
+  double step_flops = opt.full ? 3.0 * fwd : 2.0 * fwd + 3.0 * lora_fwd;
+  int64_t params = 0, trainable = 0;
+  for (const auto& p : trainer.model().parameters()) params += p.numel();
+  for (const auto& p : trainer.trainable_parameters()) trainable += p.numel();
+  double step_s = total.seconds / n;
+  double achieved = step_flops / step_s / 1e9;
+  double sgemm = sgemm_gflops(2048, 10);
+  nlohmann::json out = {
+      {"bench", "train"},
+      {"mode", opt.full ? "full" : "lora"},
+      {"model", {{"params", params}, {"trainable_params", trainable}, {"layers", c.num_hidden_layers},
+                 {"hidden", c.hidden_size}, {"experts", c.num_experts}, {"top_k", c.num_experts_per_tok},
+                 {"moe_intermediate", c.moe_intermediate_size}, {"vocab", c.vocab_size}}},
+      {"batch_size", B}, {"micro_batch_size", mbs}, {"seq_len", S},
+      {"threads", at::get_num_threads()}, {"dtype", opt.dtype}, {"device", opt.device},
+      {"steps_timed", opt.steps},
+      {"step_s", step_s},
+      {"tokens_per_s", double(total.tokens) / total.seconds},
+      {"phase_s", {{"forward", total.forward_seconds / n}, {"backward", total.backward_seconds / n},
+                   {"optimizer", total.optimizer_seconds / n}}},
+      {"step_gflop", step_flops / 1e9},
+      {"achieved_gflops", achieved},
+      {"sgemm_gflops", sgemm},
+      {"fraction_of_sgemm", achieved / sgemm},
+      {"peak_rss_mb", peak_rss_mb()},
+  };
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("bench", "benchmarks (each prints one JSON object)");
+  cmd->require_subcommand(1);
+  auto opt = std::make_shared<TrainOptions>();
+  opt->steps = 3;
+  opt->batch_size = 4;
+  opt->seq_len = 512;
+  opt->lr = 1e-4;
+  auto targets = std::make_shared<std::string>("all");
+  auto warmup = std::make_shared<int64_t>(1);
+  CLI::App* train = cmd->add_subcommand("train", "training step speed on the bench model (~0.25B MoE)");
+  add_train_flags(train, opt.get(), targets.get());
+  train->add_option("--warmup", *warmup, "untimed steps first")->capture_default_str();
+  return [train, opt, targets, warmup]() {
+    if (train->parsed()) return run_bench_train(*opt, *warmup, *targets);
+    return 2;
+  };
+}
+
+}  // namespace glint::cli

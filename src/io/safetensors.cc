@@ -1,0 +1,226 @@
+#include "io/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace glint {
+
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors is little-endian; glint reads it as raw host memory");
+
+struct DtypeName {
+  const char* name;
+  c10::ScalarType type;
+};
+constexpr DtypeName kDtypes[] = {
+    {"F32", c10::kFloat},  {"F16", c10::kHalf},  {"BF16", c10::kBFloat16}, {"F64", c10::kDouble},
+    {"I64", c10::kLong},   {"I32", c10::kInt},   {"I16", c10::kShort},     {"I8", c10::kChar},
+    {"U8", c10::kByte},    {"BOOL", c10::kBool},
+};
+
+// pread until `n` bytes are read; throws naming the file on error or early EOF.
+void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    GLINT_CHECK(got > 0, path, ": read of ", n, " bytes at offset ", offset, " failed (",
+                got == 0 ? "unexpected end of file" : std::strerror(errno), ")");
+    p += got;
+    n -= uint64_t(got);
+    offset += uint64_t(got);
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+c10::ScalarType safetensors_dtype(const std::string& name, const std::string& where) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return d.type;
+  fail(where, ": unknown dtype '", name, "' (expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL)");
+}
+
+std::string safetensors_dtype_name(c10::ScalarType t) {
+  for (const auto& d : kDtypes)
+    if (t == d.type) return d.name;
+  fail("safetensors: dtype ", c10::toString(t), " cannot be stored");
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  GLINT_CHECK(fd_ >= 0, path, ": cannot open (", std::strerror(errno), ")");
+  try {
+    struct stat st;
+    GLINT_CHECK(::fstat(fd_, &st) == 0, path, ": cannot stat (", std::strerror(errno), ")");
+    file_size_ = uint64_t(st.st_size);
+    GLINT_CHECK(file_size_ >= 8, path, ": truncated: ", file_size_,
+                " bytes, too short for the 8-byte header length");
+    uint64_t header_len = 0;
+    pread_all(fd_, &header_len, 8, 0, path);
+    GLINT_CHECK(header_len <= file_size_ - 8, path, ": header length ", header_len,
+                " runs past the end of file (", file_size_, " bytes)");
+    std::string header(header_len, '\0');
+    pread_all(fd_, header.data(), header_len, 8, path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(header);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail(path, ": header is not valid JSON: ", e.what());
+    }
+    GLINT_CHECK(j.is_object(), path, ": header must be a JSON object");
+    const uint64_t data_start = 8 + header_len, data_size = file_size_ - data_start;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      const auto& v = it.value();
+      if (key == "__metadata__") {
+        GLINT_CHECK(v.is_object(), path, ": __metadata__ must be an object of strings");
+        for (auto m = v.begin(); m != v.end(); ++m) {
+          GLINT_CHECK(m.value().is_string(), path, ": __metadata__ value of '", m.key(),
+                      "' is not a string");
+          metadata_[m.key()] = m.value().get<std::string>();
+        }
+        continue;
+      }
+      std::string where = path + ": tensor '" + key + "'";
+      GLINT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                      v.contains("data_offsets"),
+                  where, ": entry needs dtype, shape and data_offsets");
+      GLINT_CHECK(v["dtype"].is_string(), where, ": dtype must be a string");
+      TensorInfo info;
+      info.name = key;
+      info.dtype = safetensors_dtype(v["dtype"].get<std::string>(), where);
+      GLINT_CHECK(v["shape"].is_array(), where, ": shape must be an array");
+      for (const auto& d : v["shape"]) {
+        GLINT_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where,
+                    ": shape entries must be non-negative integers, got ", d.dump());
+        info.shape.push_back(d.get<int64_t>());
+      }
+      const auto& off = v["data_offsets"];
+      GLINT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                      off[1].is_number_unsigned(),
+                  where, ": data_offsets must be [begin, end] with non-negative integers");
+      uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+      GLINT_CHECK(b <= e, where, ": data_offsets [", b, ", ", e, "] are reversed");
+      GLINT_CHECK(e <= data_size, where, ": data_offsets [", b, ", ", e,
+                  "] out of range: the data buffer has ", data_size, " bytes");
+      uint64_t need = uint64_t(info.numel()) * c10::elementSize(info.dtype);
+      GLINT_CHECK(e - b == need, where, ": size mismatch: shape ", shape_str(info.shape), " of ",
+                  v["dtype"].get<std::string>(), " needs ", need, " bytes, data_offsets give ", e - b);
+      info.begin = data_start + b;
+      info.end = data_start + e;
+      tensors_.emplace(key, std::move(info));
+    }
+    // No two tensors may share bytes.
+    std::vector<const TensorInfo*> by_offset;
+    for (const auto& kv : tensors_) by_offset.push_back(&kv.second);
+    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+      const TensorInfo *prev = by_offset[i - 1], *cur = by_offset[i];
+      bool empty = prev->begin == prev->end || cur->begin == cur->end;
+      GLINT_CHECK(empty || cur->begin >= prev->end, path, ": tensors '", prev->name, "' and '",
+                  cur->name, "' overlap in the data buffer");
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<std::string> SafetensorsFile::keys() const {
+  std::vector<std::string> out;
+  for (const auto& kv : tensors_) out.push_back(kv.first);
+  return out;
+}
+
+bool SafetensorsFile::contains(const std::string& key) const { return tensors_.count(key) > 0; }
+
+const TensorInfo& SafetensorsFile::info(const std::string& key) const {
+  auto it = tensors_.find(key);
+  GLINT_CHECK(it != tensors_.end(), path_, ": no tensor named '", key, "'");
+  return it->second;
+}
+
+at::Tensor SafetensorsFile::read(const std::string& key) const {
+  const TensorInfo& ti = info(key);
+  at::Tensor t = at::empty(ti.shape, at::TensorOptions().dtype(ti.dtype));
+  pread_all(fd_, t.data_ptr(), ti.end - ti.begin, ti.begin, path_);
+  return t;
+}
+
+at::Tensor SafetensorsFile::read_rows(const std::string& key, int64_t start, int64_t count) const {
+  const TensorInfo& ti = info(key);
+  GLINT_CHECK(!ti.shape.empty(), path_, ": tensor '", key, "' is a scalar; it has no rows");
+  GLINT_CHECK(start >= 0 && count >= 0 && start + count <= ti.shape[0], path_, ": tensor '", key,
+              "' rows [", start, ", ", start + count, ") are out of range for shape ",
+              shape_str(ti.shape));
+  std::vector<int64_t> shape = ti.shape;
+  shape[0] = count;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(ti.dtype));
+  uint64_t row_bytes = t.numel() == 0 ? 0 : uint64_t(t[0].numel()) * c10::elementSize(ti.dtype);
+  pread_all(fd_, t.data_ptr(), row_bytes * uint64_t(count), ti.begin + row_bytes * uint64_t(start), path_);
+  return t;
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> cpu;
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    GLINT_CHECK(seen.insert(name).second, path, ": duplicate tensor name '", name, "'");
+    GLINT_CHECK(name != "__metadata__", path, ": '__metadata__' is not a valid tensor name");
+    std::string dt = safetensors_dtype_name(t.scalar_type());
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    uint64_t bytes = uint64_t(c.numel()) * c.element_size();
+    header[name] = {{"dtype", dt}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    cpu.push_back(c);
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
+  write_file_atomic(path, [&](std::FILE* f) {
+    uint64_t len = h.size();
+    bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+    for (const auto& c : cpu) {
+      size_t bytes = size_t(c.numel()) * c.element_size();
+      ok = ok && (bytes == 0 || std::fwrite(c.data_ptr(), 1, bytes, f) == bytes);
+    }
+    GLINT_CHECK(ok, path, ": write failed (", std::strerror(errno), ")");
+  });
+}
+
+}  // namespace glint

@@ -1,0 +1,87 @@
+#include "train/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace glint {
+
+void AdamWOptions::validate(const std::string& where) const {
+  GLINT_CHECK(beta1 >= 0 && beta1 < 1, where, ": beta1 must be in [0, 1), got ", beta1);
+  GLINT_CHECK(beta2 >= 0 && beta2 < 1, where, ": beta2 must be in [0, 1), got ", beta2);
+  GLINT_CHECK(eps > 0, where, ": eps must be positive, got ", eps);
+  GLINT_CHECK(weight_decay >= 0, where, ": weight_decay must be >= 0, got ", weight_decay);
+}
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  options_.validate("AdamW");
+  for (const auto& p : params_) {
+    auto opts = p.options().dtype(at::kFloat);
+    m_.push_back(at::zeros(p.sizes(), opts));
+    v_.push_back(at::zeros(p.sizes(), opts));
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  ++step_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bc1 = 1.0 - std::pow(b1, double(step_));
+  const double bc2 = 1.0 - std::pow(b2, double(step_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    at::Tensor g = p.grad().to(at::kFloat);
+    m_[i].mul_(b1).add_(g, 1.0 - b1);
+    v_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
+    // p <- p - lr * wd * p - lr * m_hat / (sqrt(v_hat) + eps)
+    at::Tensor denom = (v_[i] / bc2).sqrt_().add_(options_.eps);
+    at::Tensor update = (m_[i] / bc1).div_(denom);
+    if (p.scalar_type() == at::kFloat) {
+      if (options_.weight_decay > 0) p.mul_(1.0 - lr * options_.weight_decay);
+      p.add_(update, -lr);
+    } else {
+      at::Tensor pf = p.to(at::kFloat);
+      if (options_.weight_decay > 0) pf.mul_(1.0 - lr * options_.weight_decay);
+      pf.add_(update, -lr);
+      p.copy_(pf);
+    }
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> sq;
+  for (const auto& p : params)
+    if (p.grad().defined()) sq.push_back(p.grad().to(at::kDouble).pow(2).sum());
+  if (sq.empty()) return 0.0;
+  double norm = std::sqrt(at::stack(sq).sum().item<double>());
+  if (max_norm > 0 && norm > max_norm) {
+    double coef = max_norm / (norm + 1e-6);
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  return norm;
+}
+
+double LrSchedule::at(int64_t step) const {
+  if (warmup_steps > 0 && step <= warmup_steps)
+    return peak_lr * double(step) / double(warmup_steps);
+  int64_t decay_steps = total_steps - warmup_steps;
+  if (decay_steps <= 0) return peak_lr;
+  // The first step after warmup runs at the peak; progress reaches (n-1)/n at the end.
+  double progress = double(step - warmup_steps - 1) / double(decay_steps);
+  progress = std::min(1.0, std::max(0.0, progress));
+  double min_lr = peak_lr * min_lr_ratio;
+  return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace glint

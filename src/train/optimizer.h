@@ -1,0 +1,54 @@
+// AdamW with decoupled weight decay, global-norm gradient clipping, and the learning
+// rate schedule (linear warmup, then cosine decay).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace glint {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // decoupled: p -= lr * wd * p
+  void validate(const std::string& where) const;
+};
+
+// Keeps float32 moments for each parameter (the parameters may be any float dtype).
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+  // One update with learning rate `lr`; parameters without a gradient are skipped.
+  void step(double lr);
+  void zero_grad();
+  int64_t steps_taken() const { return step_; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+  // Moment tensors, for checkpoints and tests.
+  const std::vector<at::Tensor>& exp_avg() const { return m_; }
+  const std::vector<at::Tensor>& exp_avg_sq() const { return v_; }
+
+ private:
+  std::vector<at::Tensor> params_, m_, v_;
+  AdamWOptions options_;
+  int64_t step_ = 0;
+};
+
+// L2 norm over all gradients (float64 accumulation) before clipping; when max_norm > 0
+// and the norm exceeds it, every gradient is scaled by max_norm / (norm + 1e-6).
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+
+struct LrSchedule {
+  double peak_lr = 1e-4;
+  int64_t warmup_steps = 0;   // linear from peak/warmup to peak over these steps
+  int64_t total_steps = 1;    // cosine from peak to min_lr over the rest
+  double min_lr_ratio = 0.0;  // min_lr = peak_lr * min_lr_ratio
+  // Learning rate of 1-based optimizer step `step`: step/warmup * peak during warmup,
+  // then min + (peak - min) * (1 + cos(pi * (step - warmup - 1) / (total - warmup))) / 2.
+  double at(int64_t step) const;
+};
+
+}  // namespace glint

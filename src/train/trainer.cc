@@ -1,0 +1,260 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "data/collate.h"
+#include "data/sampler.h"
+#include "data/synthetic.h"
+#include "data/tokenized_jsonl.h"
+#include "lora/peft_io.h"
+#include "model/weights.h"
+#include "train/metrics.h"
+
+namespace glint {
+
+struct Trainer::DataState {
+  EpochSampler sampler;
+  CollateOptions collate;
+};
+
+void TrainOptions::validate() const {
+  GLINT_CHECK(steps > 0, "--steps must be positive, got ", steps);
+  GLINT_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
+  GLINT_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
+  if (micro_batch_size > 0)
+    GLINT_CHECK(batch_size % micro_batch_size == 0, "--batch-size (", batch_size,
+                ") must be a multiple of --micro-batch-size (", micro_batch_size, ")");
+  GLINT_CHECK(seq_len >= 0 && seq_len != 1, "--seq-len must be >= 2, got ", seq_len);
+  GLINT_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
+  GLINT_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ",
+              min_lr_ratio);
+  GLINT_CHECK(max_grad_norm >= 0, "--max-grad-norm must be >= 0, got ", max_grad_norm);
+  GLINT_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
+  GLINT_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
+  GLINT_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
+  GLINT_CHECK(!output.empty(), "--output must not be empty");
+  adam.validate("AdamW options");
+  if (!full) lora.validate("LoRA options");
+}
+
+Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
+  opt_.validate();
+  at::set_num_threads(opt_.threads > 0 ? int(opt_.threads)
+                                       : int(std::max(1u, std::thread::hardware_concurrency())));
+  TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
+  builtin_task_ = opt_.data.empty();
+  if (opt_.model_dir.empty()) {
+    model_ = CausalLM(opt_.model_config ? *opt_.model_config
+                                        : tiny_moe_config(ReverseDigitsTask::kVocabSize),
+                      place);
+    init_weights(*model_, opt_.seed);
+  } else {
+    model_ = from_pretrained(opt_.model_dir, place);
+  }
+  int64_t vocab = model_->config.vocab_size;
+  CollateOptions collate;
+  if (builtin_task_) {
+    GLINT_CHECK(vocab >= ReverseDigitsTask::kVocabSize, "the built-in task needs a vocabulary of ",
+                ReverseDigitsTask::kVocabSize, " tokens; the model has ", vocab);
+    ReverseDigitsTask task;
+    samples_ = task.generate(20000, opt_.seed + 1);
+    collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : task.max_sample_len();
+    collate.pad_id = ReverseDigitsTask::kPad;
+  } else {
+    samples_ = read_tokenized_jsonl(opt_.data, vocab);
+    collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : 128;
+    collate.pad_id = 0;
+  }
+  collate.pack = opt_.pack;
+  data_.reset(new DataState{EpochSampler(samples_.size(), opt_.seed), collate});
+
+  if (opt_.full) {
+    for (auto& p : model_->parameters()) {
+      p.set_requires_grad(true);
+      trainable_.push_back(p);
+    }
+  } else {
+    lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
+    trainable_ = lora_.parameters();
+  }
+  optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
+                                                                opt_.adam.eps, opt_.weight_decay});
+  schedule_.peak_lr = opt_.lr;
+  schedule_.total_steps = opt_.steps;
+  schedule_.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
+  schedule_.min_lr_ratio = opt_.min_lr_ratio;
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<Batch> Trainer::next_micro_batches() {
+  std::vector<size_t> idx = data_->sampler.next(opt_.batch_size);
+  std::vector<const Sample*> picked;
+  for (size_t i : idx) picked.push_back(&samples_[i]);
+  int64_t mbs = opt_.micro_batch_size > 0 ? opt_.micro_batch_size : opt_.batch_size;
+  return collate(picked, data_->collate, mbs);
+}
+
+StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
+  auto t0 = std::chrono::steady_clock::now();
+  StepStats st;
+  for (const auto& b : micro_batches) {
+    st.label_tokens += b.label_tokens;
+    st.tokens += b.segment_ids.ge(0).sum().item<int64_t>();
+  }
+  GLINT_CHECK(st.label_tokens > 0, "step ", step_ + 1, ": the batch has no label tokens to train on");
+  optimizer_->zero_grad();
+  double ce_total = 0, aux_total = 0;
+  bool has_aux = false;
+  const double coef = model_->config.router_aux_loss_coef;
+  using clock = std::chrono::steady_clock;
+  auto seconds_since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
+  for (const auto& b : micro_batches) {
+    auto tf = clock::now();
+    LossParts parts = causal_lm_loss(*model_, b.input_ids, b.labels, b.position_ids, b.segment_ids);
+    // Normalize by the label tokens of the whole step, so accumulation equals one big batch.
+    at::Tensor objective = parts.ce_sum / double(st.label_tokens);
+    if (parts.aux_loss.defined()) {
+      objective = objective + parts.aux_loss * (coef / double(micro_batches.size()));
+      aux_total += parts.aux_loss.item<double>();
+      has_aux = true;
+    }
+    ce_total += parts.ce_sum.item<double>();
+    auto tb = clock::now();
+    st.forward_seconds += std::chrono::duration<double>(tb - tf).count();
+    objective.backward();
+    st.backward_seconds += seconds_since(tb);
+  }
+  auto to = clock::now();
+  st.loss = ce_total / double(st.label_tokens);
+  if (has_aux) st.aux_loss = aux_total / double(micro_batches.size());
+  st.grad_norm = clip_grad_norm(trainable_, opt_.max_grad_norm);
+  ++step_;
+  st.lr = schedule_.at(step_);
+  optimizer_->step(st.lr);
+  st.optimizer_seconds = seconds_since(to);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
+                                                  const std::vector<std::vector<int64_t>>& prompts,
+                                                  int64_t max_new, int64_t eos, int64_t pad) {
+  at::NoGradGuard no_grad;
+  int64_t B = prompts.size();
+  std::vector<std::vector<int64_t>> seqs = prompts, out(B);
+  std::vector<bool> done(B, false);
+  for (int64_t t = 0; t < max_new; ++t) {
+    int64_t S = 0;
+    for (const auto& s : seqs) S = std::max<int64_t>(S, s.size());
+    at::Tensor ids = at::full({B, S}, pad, at::kLong), pos = at::zeros({B, S}, at::kLong),
+               seg = at::full({B, S}, -1, at::kLong);
+    for (int64_t b = 0; b < B; ++b)
+      for (size_t i = 0; i < seqs[b].size(); ++i) {
+        ids[b][i] = seqs[b][i];
+        pos[b][i] = int64_t(i);
+        seg[b][i] = 0;
+      }
+    at::Tensor hidden = model.forward(ids, pos, seg).hidden;  // [B,S,H]
+    at::Tensor last_pos = at::empty({B}, at::kLong);
+    for (int64_t b = 0; b < B; ++b) last_pos[b] = int64_t(seqs[b].size()) - 1;
+    at::Tensor last = hidden.index({at::arange(B), last_pos.to(hidden.device())});  // [B,H]
+    at::Tensor next = model.logits(last).argmax(-1).to(at::kCPU);
+    bool all_done = true;
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      int64_t tok = next[b].item<int64_t>();
+      out[b].push_back(tok);
+      seqs[b].push_back(tok);
+      if (tok == eos) done[b] = true;
+      all_done &= done[b];
+    }
+    if (all_done) break;
+  }
+  return out;
+}
+
+double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
+  ReverseDigitsTask task;
+  std::vector<Sample> held_out = task.generate(count, seed);
+  std::vector<std::vector<int64_t>> prompts;
+  for (const auto& s : held_out) prompts.push_back(ReverseDigitsTask::prompt_of(s));
+  auto generated = greedy_generate(*model_, prompts, task.max_digits + 1, ReverseDigitsTask::kEos,
+                                   ReverseDigitsTask::kPad);
+  int64_t correct = 0;
+  for (size_t i = 0; i < held_out.size(); ++i)
+    correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
+  return double(correct) / double(count);
+}
+
+void Trainer::save() {
+  if (opt_.full) {
+    save_pretrained(*model_, opt_.output + "/model");
+  } else {
+    save_adapter(opt_.output + "/adapter", lora_,
+                 opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir);
+  }
+}
+
+void Trainer::run() {
+  make_dirs(opt_.output);
+  MetricsWriter metrics(opt_.output + "/metrics.jsonl");
+  Progress progress(opt_.steps);
+  const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
+  char buf[512];
+  if (builtin_task_) {
+    double acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    std::snprintf(buf, sizeof buf, "step %4d  held-out exact match %5.1f%%", 0, 100 * acc);
+    progress.line(buf);
+  }
+  double window_loss = 0;
+  int64_t window = 0;
+  for (int64_t s = 1; s <= opt_.steps; ++s) {
+    StepStats st = step(next_micro_batches());
+    nlohmann::json rec = {{"step", s},
+                          {"loss", st.loss},
+                          {"grad_norm", st.grad_norm},
+                          {"lr", st.lr},
+                          {"tokens", st.tokens},
+                          {"label_tokens", st.label_tokens},
+                          {"tokens_per_s", st.tokens / st.seconds},
+                          {"peak_rss_mb", peak_rss_mb()}};
+    if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
+    bool eval_now = builtin_task_ &&
+                    ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
+    if (eval_now) rec["exact_match"] = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    metrics.write(rec);
+    window_loss += st.loss;
+    ++window;
+    std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr,
+                  st.tokens / st.seconds);
+    progress.update(s, buf);
+    if (s % opt_.log_every == 0 || s == opt_.steps || eval_now) {
+      int n = std::snprintf(buf, sizeof buf,
+                            "step %4lld  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  rss %.0f MB",
+                            (long long)s, window_loss / window, st.grad_norm, st.lr,
+                            st.tokens / st.seconds, peak_rss_mb());
+      if (eval_now)
+        std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%",
+                      100 * rec["exact_match"].get<double>());
+      progress.line(buf);
+      window_loss = 0;
+      window = 0;
+    }
+  }
+  progress.finish();
+  save();
+}
+
+}  // namespace glint

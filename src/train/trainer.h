@@ -1,0 +1,102 @@
+// The training loop: data -> micro-batches -> loss over label tokens of the whole step
+// -> backward -> clip -> AdamW -> metrics; adapter or model saved at the end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/sample.h"
+#include "lora/lora.h"
+#include "model/causal_lm.h"
+#include "train/optimizer.h"
+
+namespace glint {
+
+struct TrainOptions {
+  std::string model_dir;         // Hugging Face model directory; "" = a random model of
+                                 // model_config's shape (default: built-in tiny Qwen3-MoE)
+  std::optional<ModelConfig> model_config;
+  std::string data;              // pre-tokenized JSONL; "" = built-in reverse-digits task
+  std::string output = "glint-out";  // run directory
+  int64_t steps = 1000;          // optimizer steps
+  int64_t batch_size = 32;       // sequences per optimizer step
+  int64_t micro_batch_size = 0;  // sequences per forward/backward; 0 = batch_size
+  int64_t seq_len = 0;           // tokens per sequence; 0 = 128 (built-in task: its longest sample)
+  bool pack = false;             // pack several samples per sequence
+  double lr = 2e-4;              // peak learning rate
+  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = -1;     // -1 = 5% of steps
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;    // 0 disables clipping
+  AdamWOptions adam;
+  bool full = false;             // train every parameter instead of a LoRA adapter
+  LoraOptions lora;
+  uint64_t seed = 0;
+  std::string dtype = "float32"; // parameter / compute dtype
+  std::string device = "cpu";
+  int64_t threads = 0;           // intra-op threads; 0 = all cores
+  int64_t log_every = 10;        // readable line every N steps
+  int64_t eval_every = 100;      // built-in task: exact-match eval every N steps (0 = end only)
+  int64_t eval_samples = 200;    // built-in task: held-out samples per eval
+
+  void validate() const;  // throws glint::Error naming the flag
+};
+
+// What one optimizer step did.
+struct StepStats {
+  double loss = 0;         // mean label-token cross-entropy (before the update)
+  double aux_loss = -1;    // load-balancing loss (mean over micro-batches); < 0 if unused
+  double grad_norm = 0;    // before clipping
+  double lr = 0;
+  int64_t tokens = 0;      // non-padding tokens
+  int64_t label_tokens = 0;
+  double seconds = 0;          // whole step
+  double forward_seconds = 0;  // loss computation, all micro-batches
+  double backward_seconds = 0;
+  double optimizer_seconds = 0;  // clipping + AdamW
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainOptions options);
+  ~Trainer();
+
+  // Runs options.steps steps, writing OUT/metrics.jsonl, OUT/config.toml is the CLI's.
+  void run();
+  // One optimizer step on the given micro-batches (sum of label tokens normalizes).
+  StepStats step(const std::vector<Batch>& micro_batches);
+  // Exact-match accuracy of greedy completions on held-out built-in task samples.
+  double evaluate_exact_match(int64_t count, uint64_t seed);
+
+  CausalLMImpl& model() { return *model_; }
+  LoraModel& lora() { return lora_; }
+  const TrainOptions& options() const { return opt_; }
+  std::vector<at::Tensor> trainable_parameters() const { return trainable_; }
+  // Next optimizer step's micro-batches from the training data.
+  std::vector<Batch> next_micro_batches();
+
+ private:
+  void save() ;
+  TrainOptions opt_;
+  CausalLM model_{nullptr};
+  LoraModel lora_;
+  std::vector<at::Tensor> trainable_;
+  std::unique_ptr<AdamW> optimizer_;
+  LrSchedule schedule_;
+  std::vector<Sample> samples_;
+  struct DataState;
+  std::unique_ptr<DataState> data_;
+  int64_t step_ = 0;
+  bool builtin_task_ = false;
+};
+
+// Greedy completion of each prompt for up to max_new tokens (stops at `eos`); runs the
+// full forward once per generated token. Returns the generated ids per prompt.
+std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
+                                                  const std::vector<std::vector<int64_t>>& prompts,
+                                                  int64_t max_new, int64_t eos, int64_t pad);
+
+}  // namespace glint
