@@ -1,10 +1,12 @@
 // glint: fine-tune Mixture-of-Experts language models.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -20,7 +22,16 @@ int main(int argc, char** argv) {
   add(glint::cli::add_init_model);
   add(glint::cli::add_bench);
   try {
-    app.parse(argc, argv);
+    // CLI11 parses in reverse order; expand --config of the subcommand first.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "train") {
+      std::vector<std::string> sub(args.begin() + 1, args.end());
+      sub = glint::cli::expand_config_file(sub);
+      args.resize(1);
+      args.insert(args.end(), sub.begin(), sub.end());
+    }
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const glint::Error& e) {  // e.g. a bad --config file

@@ -50,7 +50,11 @@ Action add_train(CLI::App& app) {
   auto opts = std::make_shared<TrainOptions>();
   auto targets = std::make_shared<std::string>("all");
   CLI::App* cmd = app.add_subcommand("train", "fine-tune a model (LoRA by default)");
-  cmd->set_config("--config", "", "TOML file with the same options (flag names without --)");
+  // A flag given twice (config file, then command line) takes the last value.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // Expanded before parsing by expand_config_file; declared here for --help.
+  cmd->add_option("--config", "TOML file with the same options (flag names without --)")
+      ->configurable(false);
   add_train_flags(cmd, opts.get(), targets.get());
   return [cmd, opts, targets]() {
     LoraOptions::parse_targets(*targets, "--lora-targets", &opts->lora);
