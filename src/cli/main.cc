@@ -1,7 +1,10 @@
 // glint: fine-tune Mixture-of-Experts language models.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <vector>
 
@@ -9,7 +12,22 @@
 #include "cli/config_file.h"
 #include "core/error.h"
 
+namespace {
+
+// libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its default
+// spin-waiting keeps idle OpenMP workers on the cores that OpenBLAS's own threads need
+// for every GEMM; passive waiting made a training step 1.5x faster on 2 cores
+// (docs/BENCHMARKS.md). So unless the user chose a policy, set it and exec ourselves.
+void ensure_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: run on with the default
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensure_passive_openmp(argv);
   CLI::App app{"glint: fine-tune Mixture-of-Experts language models (LoRA and full)"};
   app.require_subcommand(0, 1);
   std::vector<std::pair<CLI::App*, glint::cli::Action>> actions;

@@ -60,11 +60,9 @@ Action add_train(CLI::App& app) {
     LoraOptions::parse_targets(*targets, "--lora-targets", &opts->lora);
     if (opts->model_dir.empty() && opts->data.empty()) {
       // The built-in job's preset, for flags the user left alone: the tiny model learns
-      // the task in ~1000 steps at a high LoRA learning rate, and its small matmuls run
-      // ~2.5x faster on one thread than on two (measured on the 2-core CI machine).
+      // the task in ~1000 steps at a high LoRA learning rate.
       if (cmd->count("--steps") == 0) opts->steps = 1000;
       if (cmd->count("--lr") == 0) opts->lr = 3e-3;
-      if (cmd->count("--threads") == 0) opts->threads = 1;
       if (cmd->count("--eval-every") == 0) opts->eval_every = 100;
       if (cmd->count("--log-every") == 0) opts->log_every = 100;
     }
