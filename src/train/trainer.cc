@@ -83,7 +83,10 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
       trainable_.push_back(p);
     }
   } else {
-    lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
+    LoraOptions lora = opt_.lora;
+    // Adapters train in float32 over low-precision bases; a float64 run stays float64.
+    if (place.dtype == at::kDouble) lora.dtype = at::kDouble;
+    lora_ = apply_lora(*model_, lora, opt_.seed + 2);
     trainable_ = lora_.parameters();
   }
   optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
