@@ -78,7 +78,8 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
               input_ids.sizes(), ", ", position_ids.sizes(), ", ", segment_ids.sizes());
   auto dev = placement.device;
   at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev), seg = segment_ids.to(dev);
-  RotaryTables rope = rotary_tables(pos, config.head_dim, config.rope_theta);
+  RotaryTables rope = rotary_tables(pos, config.head_dim, config.rope_theta,
+                                    placement.dtype == at::kDouble ? at::kDouble : at::kFloat);
   at::Tensor mask = segment_causal_mask(seg);
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
   ForwardOutput out;

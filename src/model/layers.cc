@@ -35,12 +35,13 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return weight * normed;
 }
 
-RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, double theta) {
+RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, double theta,
+                           c10::ScalarType compute) {
   auto opts = at::TensorOptions().dtype(at::kDouble).device(position_ids.device());
-  // inv_freq[i] = theta^(-2i/D), i in [0, D/2): computed in float64, stored as float32.
+  // inv_freq[i] = theta^(-2i/D), i in [0, D/2): computed in float64, then `compute`.
   at::Tensor inv_freq = at::pow(theta, -at::arange(0, head_dim, 2, opts) / double(head_dim))
-                            .to(at::kFloat);                       // [D/2]
-  at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B,S,D/2]
+                            .to(compute);                          // [D/2]
+  at::Tensor freqs = position_ids.to(compute).unsqueeze(-1) * inv_freq;  // [B,S,D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);                     // [B,S,D]
   return {emb.cos(), emb.sin()};
 }

@@ -44,12 +44,13 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// cos/sin tables for the given positions: each [B, S, D] in float32.
+// cos/sin tables for the given positions: each [B, S, D], computed in float32 as
+// transformers does (float64 for float64 models, so reference checks can be exact).
 struct RotaryTables {
   at::Tensor cos, sin;
 };
 RotaryTables rotary_tables(const at::Tensor& position_ids /*[B,S]*/, int64_t head_dim,
-                           double theta);
+                           double theta, c10::ScalarType compute = c10::kFloat);
 // x: [B, Nh, S, D]; rotate-half RoPE (non-interleaved), as transformers does.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
 
