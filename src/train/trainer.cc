@@ -216,12 +216,14 @@ void Trainer::run() {
   Progress progress(opt_.steps);
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
   char buf[512];
+  double first_acc = -1, last_acc = -1;
   if (builtin_task_) {
     double acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    first_acc = acc;
     std::snprintf(buf, sizeof buf, "step %4d  held-out exact match %5.1f%%", 0, 100 * acc);
     progress.line(buf);
   }
-  double window_loss = 0;
+  double window_loss = 0, first_loss = 0, last_loss = 0;
   int64_t window = 0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     StepStats st = step(next_micro_batches());
@@ -236,7 +238,9 @@ void Trainer::run() {
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
     bool eval_now = builtin_task_ &&
                     ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
-    if (eval_now) rec["exact_match"] = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    if (eval_now) rec["exact_match"] = last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    if (s == 1) first_loss = st.loss;
+    last_loss = st.loss;
     metrics.write(rec);
     window_loss += st.loss;
     ++window;
@@ -257,6 +261,12 @@ void Trainer::run() {
     }
   }
   progress.finish();
+  int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld", first_loss,
+                        last_loss, (long long)opt_.steps);
+  if (first_acc >= 0 && last_acc >= 0)
+    std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
+                  100 * last_acc);
+  progress.line(buf);
   save();
 }
 
