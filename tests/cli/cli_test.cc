@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "test_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -32,12 +34,7 @@ RunResult run_glint(const std::string& args) {
   return {code, out};
 }
 
-std::string temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("glint_cli_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("cli_" + name); }
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

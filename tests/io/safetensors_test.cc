@@ -10,17 +10,14 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("glint_io_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("io_" + name); }
 
 // Writes a safetensors file by hand: 8-byte little-endian length, header, raw bytes.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,

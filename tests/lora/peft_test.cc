@@ -12,6 +12,8 @@
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
@@ -19,12 +21,7 @@ namespace fs = std::filesystem;
 
 const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 
-std::string temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("glint_peft_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("peft_" + name); }
 
 ModelConfig config() {
   ModelConfig c = tiny_moe_config(21);

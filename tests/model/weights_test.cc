@@ -10,6 +10,8 @@
 #include "io/checkpoint.h"
 #include "model/weights.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
@@ -17,12 +19,7 @@ namespace fs = std::filesystem;
 
 const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 
-std::string temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("glint_weights_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("weights_" + name); }
 
 ModelConfig config() {
   ModelConfig c = tiny_moe_config(23);
