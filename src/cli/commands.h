@@ -15,5 +15,6 @@ using Action = std::function<int()>;
 Action add_train(CLI::App& app);
 Action add_init_model(CLI::App& app);
 Action add_bench(CLI::App& app);
+Action add_launch(CLI::App& app);
 
 }  // namespace glint::cli

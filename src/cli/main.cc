@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   add(glint::cli::add_train);
   add(glint::cli::add_init_model);
   add(glint::cli::add_bench);
+  add(glint::cli::add_launch);
   try {
     // CLI11 parses in reverse order; expand --config of the subcommand first.
     std::vector<std::string> args(argv + 1, argv + argc);

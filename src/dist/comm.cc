@@ -1,0 +1,196 @@
+#include "dist/comm.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace glint {
+
+uint64_t Comm::total_bytes_sent() const {
+  uint64_t n = 0;
+  for (const auto& kv : bytes_) n += kv.second;
+  return n;
+}
+
+namespace {
+
+uint64_t nbytes(const at::Tensor& t) { return uint64_t(t.numel()) * t.element_size(); }
+
+// One process: every collective is the identity (or a copy).
+class SoloComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(at::Tensor&) override {}
+  at::Tensor all_gather(const at::Tensor& t) override { return t.clone(); }
+  at::Tensor reduce_scatter_sum(const at::Tensor& t) override { return t.clone(); }
+  at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send,
+                        const std::vector<int64_t>& recv) override {
+    GLINT_ASSERT(send.size() == 1 && recv.size() == 1 && send[0] == recv[0] && send[0] == t.size(0));
+    return t.clone();
+  }
+  void broadcast(at::Tensor&, int root) override { GLINT_ASSERT(root == 0); }
+  at::Tensor gather(const at::Tensor& t, int root) override {
+    GLINT_ASSERT(root == 0);
+    return t.clone();
+  }
+  void barrier() override {}
+};
+
+// Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all and AVG;
+// each is built from what it has (see DESIGN.md §1).
+class GlooComm : public Comm {
+ public:
+  GlooComm(const World& w) : rank_(w.rank), size_(w.world_size) {
+    auto timeout = dist_timeout();
+    try {
+      c10d::TCPStoreOptions so;
+      so.port = uint16_t(w.master_port);
+      so.isServer = w.rank == 0;
+      so.numWorkers = w.world_size;
+      so.waitWorkers = true;
+      so.timeout = timeout;
+      store_ = c10::make_intrusive<c10d::TCPStore>(w.master_addr, so);
+    } catch (const std::exception& e) {
+      fail("rank ", w.rank, ": rendezvous at ", w.master_addr, ":", w.master_port,
+           " failed (", w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?",
+           "): ", first_line(e.what()));
+    }
+    try {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+          w.master_addr == "localhost" ? "127.0.0.1" : w.master_addr == "127.0.0.1" ? "127.0.0.1" : hostname()));
+      opts->threads = 2;
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, w.rank, w.world_size, opts);
+    } catch (const std::exception& e) {
+      fail("rank ", w.rank, ": cannot form the process group of ", w.world_size,
+           " ranks: ", first_line(e.what()));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(at::Tensor& t) override {
+    GLINT_ASSERT(t.is_contiguous());
+    std::vector<at::Tensor> v{t};
+    run("all_reduce", [&] { return pg_->allreduce(v); });
+    count("all_reduce", 2 * nbytes(t) * (size_ - 1) / size_);  // ring all-reduce volume
+  }
+
+  at::Tensor all_gather(const at::Tensor& t) override {
+    at::Tensor in = t.contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] *= size_;
+    at::Tensor out = at::empty(shape, in.options());
+    // Gather straight into dim-0 chunks of one flat buffer (no _allgather_base in 1.13).
+    std::vector<std::vector<at::Tensor>> outs{out.chunk(size_, 0)};
+    std::vector<at::Tensor> ins{in};
+    run("all_gather", [&] { return pg_->allgather(outs, ins); });
+    count("all_gather", nbytes(in) * (size_ - 1));
+    return out;
+  }
+
+  at::Tensor reduce_scatter_sum(const at::Tensor& t) override {
+    GLINT_CHECK(t.size(0) % size_ == 0, "rank ", rank_, ": reduce_scatter of ", t.size(0),
+                " rows over ", size_, " ranks");
+    // All-to-all of equal chunks, then a local sum: the bytes of a real reduce-scatter.
+    int64_t n = t.size(0) / size_;
+    std::vector<int64_t> counts(size_, n);
+    at::Tensor received = exchange(t.contiguous(), counts, counts, "reduce_scatter");
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[0] = n;
+    shape.insert(shape.begin(), size_);
+    return received.view(shape).sum(0);
+  }
+
+  at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send,
+                        const std::vector<int64_t>& recv) override {
+    return exchange(t.contiguous(), send, recv, "all_to_all");
+  }
+
+  void broadcast(at::Tensor& t, int root) override {
+    GLINT_ASSERT(t.is_contiguous());
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    run("broadcast", [&] { return pg_->broadcast(v, o); });
+    if (rank_ == root) count("broadcast", nbytes(t) * (size_ - 1));
+  }
+
+  at::Tensor gather(const at::Tensor& t, int root) override {
+    at::Tensor in = t.contiguous();
+    std::vector<at::Tensor> ins{in};
+    std::vector<std::vector<at::Tensor>> outs;
+    at::Tensor out;
+    if (rank_ == root) {
+      std::vector<int64_t> shape = in.sizes().vec();
+      shape[0] *= size_;
+      out = at::empty(shape, in.options());
+      outs.push_back(out.chunk(size_, 0));
+    }
+    c10d::GatherOptions o;
+    o.rootRank = root;
+    run("gather", [&] { return pg_->gather(outs, ins, o); });
+    if (rank_ != root) count("gather", nbytes(in));
+    return out;
+  }
+
+  void barrier() override {
+    run("barrier", [&] { return pg_->barrier(); });
+  }
+
+ private:
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+  static std::string hostname() {
+    char buf[256] = {0};
+    ::gethostname(buf, sizeof buf - 1);
+    return buf;
+  }
+
+  at::Tensor exchange(const at::Tensor& in, const std::vector<int64_t>& send,
+                      const std::vector<int64_t>& recv, const char* op) {
+    GLINT_ASSERT(int(send.size()) == size_ && int(recv.size()) == size_);
+    GLINT_ASSERT(std::accumulate(send.begin(), send.end(), int64_t(0)) == in.size(0));
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t(0));
+    at::Tensor out = at::empty(shape, in.options());
+    at::Tensor src = in;
+    // alltoall_base empties the split vectors it is given: pass copies.
+    std::vector<int64_t> out_splits = recv, in_splits = send;
+    run(op, [&] { return pg_->alltoall_base(out, src, out_splits, in_splits); });
+    int64_t row = in.size(0) ? in.numel() / in.size(0) : 0;
+    uint64_t sent = 0;
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) sent += uint64_t(send[j] * row) * in.element_size();
+    count(op, sent);
+    return out;
+  }
+
+  template <typename F>
+  void run(const char* op, F&& start) {
+    try {
+      start()->wait();
+    } catch (const std::exception& e) {
+      fail("rank ", rank_, ": ", op, " failed (another rank may have exited or timed out): ",
+           first_line(e.what()));
+    }
+  }
+
+  int rank_, size_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::shared_ptr<Comm> Comm::create(const World& world) {
+  if (!world.distributed()) return std::make_shared<SoloComm>();
+  return std::make_shared<GlooComm>(world);
+}
+
+}  // namespace glint

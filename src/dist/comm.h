@@ -1,0 +1,59 @@
+// Comm: the collectives glint uses, over a c10d process group (Gloo on CPU), with the
+// bytes each rank sends counted per operation kind.
+//
+// Contract for every collective: all ranks of the group call it in the same order with
+// tensors of the same dtype (and the documented shapes); it blocks until done and throws
+// glint::Error (naming this rank) on a failure or after the distributed timeout.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/world.h"
+
+namespace glint {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  // Rendezvous through a TCPStore at world.master_addr:master_port (rank 0 hosts it)
+  // and a Gloo process group over all ranks. A single-process world needs no network.
+  static std::shared_ptr<Comm> create(const World& world);
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: t = sum over ranks of t. Returns on every rank.
+  virtual void all_reduce_sum(at::Tensor& t) = 0;
+  // Every rank's t [n, ...] concatenated in rank order along dim 0: [size * n, ...].
+  virtual at::Tensor all_gather(const at::Tensor& t) = 0;
+  // t [size * n, ...] on every rank -> [n, ...]: chunk r of the sum over ranks on rank r.
+  virtual at::Tensor reduce_scatter_sum(const at::Tensor& t) = 0;
+  // Uneven all-to-all along dim 0: rows [sum(send[:j]), +send[j]) go to rank j; the
+  // result holds recv[i] rows from each rank i, in rank order. send/recv: [size].
+  virtual at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts,
+                                const std::vector<int64_t>& recv_counts) = 0;
+  // In place: every rank gets root's t.
+  virtual void broadcast(at::Tensor& t, int root) = 0;
+  // On root: every rank's t [n, ...] concatenated in rank order; elsewhere: undefined.
+  virtual at::Tensor gather(const at::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Bytes this rank has sent, by operation ("all_reduce", "all_gather", ...).
+  const std::map<std::string, uint64_t>& bytes_sent() const { return bytes_; }
+  uint64_t total_bytes_sent() const;
+
+ protected:
+  void count(const std::string& op, uint64_t bytes) { bytes_[op] += bytes; }
+
+ private:
+  std::map<std::string, uint64_t> bytes_;
+};
+
+}  // namespace glint

@@ -1,0 +1,75 @@
+#include "dist/world.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace glint {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, int min_value) {
+  const char* v = env(name);
+  GLINT_ASSERT(v);
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  GLINT_CHECK(end != v && *end == '\0' && n >= min_value && n < (1L << 30), "environment variable ",
+              name, "='", v, "' is not an integer >= ", min_value);
+  return int(n);
+}
+
+int env_int_or(const char* name, int fallback, int min_value) {
+  return env(name) ? env_int(name, min_value) : fallback;
+}
+
+}  // namespace
+
+World World::from_env() {
+  World w;
+  if (env("RANK") || env("WORLD_SIZE")) {
+    GLINT_CHECK(env("RANK") && env("WORLD_SIZE"), "environment: RANK and WORLD_SIZE must be set together");
+    w.launcher = "torchrun";
+    w.rank = env_int("RANK", 0);
+    w.world_size = env_int("WORLD_SIZE", 1);
+    w.local_rank = env_int_or("LOCAL_RANK", w.rank, 0);
+    w.local_world_size = env_int_or("LOCAL_WORLD_SIZE", w.world_size, 1);
+  } else if (env("OMPI_COMM_WORLD_RANK")) {
+    w.launcher = "openmpi";
+    w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    w.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    w.local_rank = env_int_or("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
+    w.local_world_size = env_int_or("OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1);
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    w.launcher = "slurm";
+    w.rank = env_int("SLURM_PROCID", 0);
+    w.world_size = env_int("SLURM_NTASKS", 1);
+    w.local_rank = env_int_or("SLURM_LOCALID", 0, 0);
+    // SLURM_NTASKS_PER_NODE may read "4(x2)"; the leading number is this node's count.
+    const char* per_node = env("SLURM_NTASKS_PER_NODE");
+    w.local_world_size = per_node ? std::max(1, std::atoi(per_node)) : 1;
+  }
+  if (const char* a = env("MASTER_ADDR")) w.master_addr = a;
+  else GLINT_CHECK(w.world_size == 1 || w.launcher != "slurm",
+                   "environment: under Slurm, set MASTER_ADDR to the first node's address");
+  w.master_port = env_int_or("MASTER_PORT", 29500, 1);
+  GLINT_CHECK(w.master_port < 65536, "environment variable MASTER_PORT=", w.master_port,
+              " is not a TCP port");
+  GLINT_CHECK(w.rank < w.world_size, "environment (", w.launcher, "): rank ", w.rank,
+              " is not below the world size ", w.world_size);
+  GLINT_CHECK(w.local_rank < w.local_world_size, "environment (", w.launcher, "): local rank ",
+              w.local_rank, " is not below the local world size ", w.local_world_size);
+  return w;
+}
+
+std::chrono::milliseconds dist_timeout() {
+  int s = env_int_or("GLINT_DIST_TIMEOUT_SECONDS", 1800, 1);
+  return std::chrono::milliseconds(int64_t(s) * 1000);
+}
+
+}  // namespace glint

@@ -1,0 +1,30 @@
+// Where this process stands in a multi-process job, read from the launcher's
+// environment: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), else OpenMPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID, ...), else a
+// single process.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace glint {
+
+struct World {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string launcher = "single";  // torchrun, openmpi, slurm or single
+
+  bool distributed() const { return world_size > 1; }
+  // Throws glint::Error naming the variable for a malformed or inconsistent value.
+  static World from_env();
+};
+
+// GLINT_DIST_TIMEOUT_SECONDS (default 1800): how long a collective or the rendezvous
+// waits for the other ranks before failing.
+std::chrono::milliseconds dist_timeout();
+
+}  // namespace glint
