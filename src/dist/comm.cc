@@ -67,8 +67,9 @@ class GlooComm : public Comm {
       opts->threads = 2;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, w.rank, w.world_size, opts);
     } catch (const std::exception& e) {
-      fail("rank ", w.rank, ": cannot form the process group of ", w.world_size,
-           " ranks: ", first_line(e.what()));
+      fail("rank ", w.rank, ": cannot form the process group of ", w.world_size, " ranks within ",
+           timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
+           "same WORLD_SIZE? ", first_line(e.what()));
     }
   }
 

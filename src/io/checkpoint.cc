@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -11,24 +14,63 @@
 namespace glint {
 
 namespace {
+
 constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
+
+std::string shard_name(size_t i, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return name;
+}
+
+// "model-DDDDD-of-DDDDD.safetensors" (checked by hand: <regex> is slow to compile).
+bool is_shard_name(const std::string& name) {
+  const std::string pattern = "model-#####-of-#####.safetensors";
+  if (name.size() != pattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i)
+    if (pattern[i] == '#' ? !std::isdigit(static_cast<unsigned char>(name[i]))
+                          : name[i] != pattern[i])
+      return false;
+  return true;
+}
+
+// Removes checkpoint files in `dir` that an earlier write left and the new one does not
+// use. Only names this writer produces are touched.
+void remove_stale_files(const std::string& dir, const std::set<std::string>& keep) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    bool ours = name == kSingle || name == kIndex || is_shard_name(name);
+    if (ours && !keep.count(name)) std::filesystem::remove(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   std::string index_path = dir + "/" + kIndex, single = dir + "/" + kSingle;
+  GLINT_CHECK(path_exists(dir), dir, ": checkpoint directory does not exist (expected ", kSingle,
+              " or ", kIndex, " in it)");
+  // The index wins when both exist: it is what a sharded write produced last, and a
+  // stale single file beside it would otherwise shadow the shards.
   if (path_exists(index_path)) {
     nlohmann::json j = read_json_file(index_path);
     GLINT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
                 index_path, ": expected an object with a \"weight_map\" object");
+    GLINT_CHECK(!j.contains("metadata") || j["metadata"].is_object(), index_path,
+                ": \"metadata\" must be an object");
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       GLINT_CHECK(it.value().is_string(), index_path, ": weight_map entry '", it.key(),
-                  "' must name a file");
+                  "' must name a file, got ", it.value().dump());
       std::string file = it.value().get<std::string>();
-      GLINT_CHECK(file.find('/') == std::string::npos, index_path, ": weight_map entry '", it.key(),
-                  "' names a file outside the directory: ", file);
+      // Shards live beside the index; a path would let an index read arbitrary files.
+      GLINT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." &&
+                      file != "..",
+                  index_path, ": weight_map entry '", it.key(),
+                  "' names a file outside the directory: '", file, "'");
       GLINT_CHECK(path_exists(dir + "/" + file), index_path, ": shard '", file, "' (for key '",
-                  it.key(), "') does not exist");
+                  it.key(), "') does not exist in ", dir);
       key_to_file_[it.key()] = file;
     }
   } else if (path_exists(single)) {
@@ -46,15 +88,23 @@ std::vector<std::string> CheckpointReader::keys() const {
   return out;
 }
 
-bool CheckpointReader::contains(const std::string& key) const { return key_to_file_.count(key) > 0; }
+bool CheckpointReader::contains(const std::string& key) const {
+  return key_to_file_.count(key) > 0;
+}
 
 const SafetensorsFile& CheckpointReader::file_for(const std::string& key) const {
   auto it = key_to_file_.find(key);
-  GLINT_CHECK(it != key_to_file_.end(), dir_, ": no tensor named '", key, "'");
+  GLINT_CHECK(it != key_to_file_.end(), dir_, ": no tensor named '", key, "' in the checkpoint");
   auto& f = files_[it->second];
-  if (!f) f = std::make_unique<SafetensorsFile>(dir_ + "/" + it->second);
-  GLINT_CHECK(f->contains(key), f->path(), ": the index promises key '", key,
-              "' but the shard does not hold it");
+  if (!f) {
+    // Validate the whole shard against the index once, when it is first opened, so the
+    // error comes before any tensor of a broken shard is used.
+    auto opened = std::make_unique<SafetensorsFile>(dir_ + "/" + it->second);
+    for (const auto& [k, file] : key_to_file_)
+      GLINT_CHECK(file != it->second || opened->contains(k), opened->path(),
+                  ": the index promises key '", k, "' but the shard does not hold it");
+    f = std::move(opened);
+  }
   return *f;
 }
 
@@ -62,19 +112,25 @@ const TensorInfo& CheckpointReader::info(const std::string& key) const {
   return file_for(key).info(key);
 }
 
-at::Tensor CheckpointReader::read(const std::string& key) const { return file_for(key).read(key); }
+at::Tensor CheckpointReader::read(const std::string& key) const {
+  return file_for(key).read(key);
+}
 
-at::Tensor CheckpointReader::read_rows(const std::string& key, int64_t start, int64_t count) const {
+at::Tensor CheckpointReader::read_rows(const std::string& key, int64_t start,
+                                       int64_t count) const {
   return file_for(key).read_rows(key, start, count);
 }
 
 void write_checkpoint(const std::string& dir,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       uint64_t max_shard_bytes) {
-  make_dirs(dir);
+  // Greedy packing in the given order: a shard closes when the next tensor would push it
+  // past the limit. A lone tensor larger than the limit fills a shard by itself.
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  std::set<std::string> seen;
   uint64_t shard_bytes = 0, total = 0;
   for (const auto& kv : tensors) {
+    GLINT_CHECK(seen.insert(kv.first).second, dir, ": duplicate tensor name '", kv.first, "'");
     uint64_t b = uint64_t(kv.second.numel()) * kv.second.element_size();
     if (!shards.back().empty() && shard_bytes + b > max_shard_bytes) {
       shards.emplace_back();
@@ -84,20 +140,26 @@ void write_checkpoint(const std::string& dir,
     shard_bytes += b;
     total += b;
   }
+  make_dirs(dir);
+  // One shard is written as model.safetensors, as transformers' save_pretrained does.
   if (shards.size() == 1) {
     write_safetensors(dir + "/" + kSingle, tensors, {{"format", "pt"}});
-    std::remove((dir + "/" + kIndex).c_str());  // a stale index would shadow the new file
+    remove_stale_files(dir, {kSingle});
     return;
   }
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  char name[64];
+  std::set<std::string> written = {kIndex};
   for (size_t i = 0; i < shards.size(); ++i) {
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    std::string name = shard_name(i, shards.size());
     write_safetensors(dir + "/" + name, shards[i], {{"format", "pt"}});
     for (const auto& kv : shards[i]) weight_map[kv.first] = name;
+    written.insert(name);
   }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  // The index goes last: until it is renamed into place a reader sees no new index.
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
+                                  {"weight_map", weight_map}};
   write_text_atomic(dir + "/" + kIndex, index.dump(2) + "\n");
+  remove_stale_files(dir, written);
 }
 
 }  // namespace glint

@@ -1,6 +1,7 @@
 // A Hugging Face checkpoint directory: `model.safetensors`, or shards listed in
 // `model.safetensors.index.json` ({"weight_map": {key: file}}). Keys resolve to the
-// file that holds them; files open lazily and stay open.
+// file that holds them; files open lazily and stay open. Not thread-safe: the lazy
+// open mutates a cache, so share one reader between threads only behind a lock.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,7 +37,12 @@ class CheckpointReader {
 
 // Writes `tensors` as a checkpoint into `dir`: one `model.safetensors`, or, when the
 // total exceeds `max_shard_bytes`, shards `model-0000i-of-0000n.safetensors` plus
-// `model.safetensors.index.json`. Each file is written atomically.
+// `model.safetensors.index.json` ({"metadata": {"total_size": bytes}, "weight_map": ..}).
+// Tensors are never split; one larger than max_shard_bytes gets a shard of its own.
+// Each file is written atomically; files of an earlier write that the new checkpoint
+// does not use (a stale index, single file or `model-*-of-*` shard) are removed
+// afterwards, since transformers prefers `model.safetensors` over an index.
+// Duplicate names throw glint::Error before anything is written.
 void write_checkpoint(const std::string& dir,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       uint64_t max_shard_bytes = 5ull << 30);

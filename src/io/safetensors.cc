@@ -18,6 +18,7 @@ namespace glint {
 
 namespace {
 
+// Tensor bytes are copied between the file and host memory without byte swapping.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors is little-endian; glint reads it as raw host memory");
 
@@ -31,7 +32,8 @@ constexpr DtypeName kDtypes[] = {
     {"U8", c10::kByte},    {"BOOL", c10::kBool},
 };
 
-// pread until `n` bytes are read; throws naming the file on error or early EOF.
+// pread until `n` bytes are read; throws naming the file on error or early EOF. Linux
+// caps one read at ~2 GiB, so large tensors always take several calls.
 void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string& path) {
   char* p = static_cast<char*>(dst);
   while (n > 0) {
@@ -51,6 +53,53 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// prod(shape[from:]) * elem, or false when it does not fit in 64 bits (a hostile header
+// could otherwise wrap the product around to match its offsets).
+bool byte_size(const std::vector<int64_t>& shape, size_t from, uint64_t elem, uint64_t* out) {
+  uint64_t n = elem;
+  for (size_t i = from; i < shape.size(); ++i)
+    if (__builtin_mul_overflow(n, uint64_t(shape[i]), &n)) return false;
+  *out = n;
+  return true;
+}
+
+// Parses one header entry (everything but the offsets' position in the file).
+TensorInfo parse_entry(const std::string& where, const nlohmann::json& v, uint64_t data_start,
+                       uint64_t data_size) {
+  GLINT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                  v.contains("data_offsets"),
+              where, ": entry needs dtype, shape and data_offsets");
+  GLINT_CHECK(v["dtype"].is_string(), where, ": dtype must be a string");
+  TensorInfo info;
+  const std::string dtype = v["dtype"].get<std::string>();
+  info.dtype = safetensors_dtype(dtype, where);
+  GLINT_CHECK(v["shape"].is_array(), where, ": shape must be an array");
+  for (const auto& d : v["shape"]) {
+    // Unsigned values above INT64_MAX read back negative here and are rejected too.
+    GLINT_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where,
+                ": shape entries must be non-negative integers, got ", d.dump());
+    info.shape.push_back(d.get<int64_t>());
+  }
+  const auto& off = v["data_offsets"];
+  GLINT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                  off[1].is_number_unsigned(),
+              where, ": data_offsets must be [begin, end] with non-negative integers, got ",
+              off.dump());
+  uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  GLINT_CHECK(b <= e, where, ": data_offsets [", b, ", ", e, "] are reversed");
+  uint64_t need = 0;
+  GLINT_CHECK(byte_size(info.shape, 0, c10::elementSize(info.dtype), &need), where,
+              ": size mismatch: shape ", shape_str(info.shape), " of ", dtype,
+              " overflows 64-bit byte counts");
+  GLINT_CHECK(e - b == need, where, ": size mismatch: shape ", shape_str(info.shape), " of ",
+              dtype, " needs ", need, " bytes, offsets give ", e - b);
+  GLINT_CHECK(e <= data_size, where, ": data_offsets [", b, ", ", e,
+              "] out of range: the data buffer after the header has ", data_size, " bytes");
+  info.begin = data_start + b;
+  info.end = data_start + e;
+  return info;
+}
+
 }  // namespace
 
 int64_t TensorInfo::numel() const {
@@ -62,7 +111,8 @@ int64_t TensorInfo::numel() const {
 c10::ScalarType safetensors_dtype(const std::string& name, const std::string& where) {
   for (const auto& d : kDtypes)
     if (name == d.name) return d.type;
-  fail(where, ": unknown dtype '", name, "' (expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL)");
+  fail(where, ": unknown dtype '", name,
+       "' (expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL)");
 }
 
 std::string safetensors_dtype_name(c10::ScalarType t) {
@@ -77,6 +127,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   try {
     struct stat st;
     GLINT_CHECK(::fstat(fd_, &st) == 0, path, ": cannot stat (", std::strerror(errno), ")");
+    GLINT_CHECK(S_ISREG(st.st_mode), path, ": not a regular file");
     file_size_ = uint64_t(st.st_size);
     GLINT_CHECK(file_size_ >= 8, path, ": truncated: ", file_size_,
                 " bytes, too short for the 8-byte header length");
@@ -92,7 +143,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     } catch (const nlohmann::json::parse_error& e) {
       fail(path, ": header is not valid JSON: ", e.what());
     }
-    GLINT_CHECK(j.is_object(), path, ": header must be a JSON object");
+    GLINT_CHECK(j.is_object(), path, ": header JSON must be an object, got ", j.type_name());
     const uint64_t data_start = 8 + header_len, data_size = file_size_ - data_start;
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string& key = it.key();
@@ -106,46 +157,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         }
         continue;
       }
-      std::string where = path + ": tensor '" + key + "'";
-      GLINT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                      v.contains("data_offsets"),
-                  where, ": entry needs dtype, shape and data_offsets");
-      GLINT_CHECK(v["dtype"].is_string(), where, ": dtype must be a string");
-      TensorInfo info;
+      TensorInfo info = parse_entry(path + ": tensor '" + key + "'", v, data_start, data_size);
       info.name = key;
-      info.dtype = safetensors_dtype(v["dtype"].get<std::string>(), where);
-      GLINT_CHECK(v["shape"].is_array(), where, ": shape must be an array");
-      for (const auto& d : v["shape"]) {
-        GLINT_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where,
-                    ": shape entries must be non-negative integers, got ", d.dump());
-        info.shape.push_back(d.get<int64_t>());
-      }
-      const auto& off = v["data_offsets"];
-      GLINT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
-                      off[1].is_number_unsigned(),
-                  where, ": data_offsets must be [begin, end] with non-negative integers");
-      uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-      GLINT_CHECK(b <= e, where, ": data_offsets [", b, ", ", e, "] are reversed");
-      GLINT_CHECK(e <= data_size, where, ": data_offsets [", b, ", ", e,
-                  "] out of range: the data buffer has ", data_size, " bytes");
-      uint64_t need = uint64_t(info.numel()) * c10::elementSize(info.dtype);
-      GLINT_CHECK(e - b == need, where, ": size mismatch: shape ", shape_str(info.shape), " of ",
-                  v["dtype"].get<std::string>(), " needs ", need, " bytes, data_offsets give ", e - b);
-      info.begin = data_start + b;
-      info.end = data_start + e;
       tensors_.emplace(key, std::move(info));
     }
-    // No two tensors may share bytes.
+    // No two tensors may share bytes. Empty tensors own no bytes, so they are left out:
+    // kept in, one sitting between two overlapping tensors would hide their overlap.
     std::vector<const TensorInfo*> by_offset;
-    for (const auto& kv : tensors_) by_offset.push_back(&kv.second);
-    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
+    for (const auto& kv : tensors_)
+      if (kv.second.begin < kv.second.end) by_offset.push_back(&kv.second);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](auto* a, auto* b) { return a->begin < b->begin; });
     for (size_t i = 1; i < by_offset.size(); ++i) {
       const TensorInfo *prev = by_offset[i - 1], *cur = by_offset[i];
-      bool empty = prev->begin == prev->end || cur->begin == cur->end;
-      GLINT_CHECK(empty || cur->begin >= prev->end, path, ": tensors '", prev->name, "' and '",
-                  cur->name, "' overlap in the data buffer");
+      GLINT_CHECK(cur->begin >= prev->end, path, ": tensors '", prev->name, "' and '", cur->name,
+                  "' overlap in the data buffer");
     }
   } catch (...) {
     ::close(fd_);
@@ -167,7 +193,8 @@ bool SafetensorsFile::contains(const std::string& key) const { return tensors_.c
 
 const TensorInfo& SafetensorsFile::info(const std::string& key) const {
   auto it = tensors_.find(key);
-  GLINT_CHECK(it != tensors_.end(), path_, ": no tensor named '", key, "'");
+  GLINT_CHECK(it != tensors_.end(), path_, ": no tensor named '", key, "' (the file holds ",
+              tensors_.size(), " tensors)");
   return it->second;
 }
 
@@ -181,43 +208,58 @@ at::Tensor SafetensorsFile::read(const std::string& key) const {
 at::Tensor SafetensorsFile::read_rows(const std::string& key, int64_t start, int64_t count) const {
   const TensorInfo& ti = info(key);
   GLINT_CHECK(!ti.shape.empty(), path_, ": tensor '", key, "' is a scalar; it has no rows");
-  GLINT_CHECK(start >= 0 && count >= 0 && start + count <= ti.shape[0], path_, ": tensor '", key,
-              "' rows [", start, ", ", start + count, ") are out of range for shape ",
-              shape_str(ti.shape));
+  // Written as two comparisons so that start + count cannot overflow.
+  GLINT_CHECK(start >= 0 && count >= 0 && start <= ti.shape[0] && count <= ti.shape[0] - start,
+              path_, ": tensor '", key, "': rows [", start, ", ", start + count,
+              ") are out of range for shape ", shape_str(ti.shape));
   std::vector<int64_t> shape = ti.shape;
   shape[0] = count;
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(ti.dtype));
-  uint64_t row_bytes = t.numel() == 0 ? 0 : uint64_t(t[0].numel()) * c10::elementSize(ti.dtype);
-  pread_all(fd_, t.data_ptr(), row_bytes * uint64_t(count), ti.begin + row_bytes * uint64_t(start), path_);
+  // Row-major: the rows of dim 0 are contiguous runs of prod(shape[1:]) elements. The
+  // header check bounded the whole tensor's bytes, so this product cannot overflow.
+  uint64_t row_bytes = 0;
+  byte_size(ti.shape, 1, c10::elementSize(ti.dtype), &row_bytes);
+  pread_all(fd_, t.data_ptr(), row_bytes * uint64_t(count),
+            ti.begin + row_bytes * uint64_t(start), path_);
   return t;
 }
 
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  // The header is built from sizes alone, and every check runs before the temp file is
+  // created: a rejected call leaves nothing behind.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> cpu;
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     GLINT_CHECK(seen.insert(name).second, path, ": duplicate tensor name '", name, "'");
     GLINT_CHECK(name != "__metadata__", path, ": '__metadata__' is not a valid tensor name");
-    std::string dt = safetensors_dtype_name(t.scalar_type());
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    uint64_t bytes = uint64_t(c.numel()) * c.element_size();
-    header[name] = {{"dtype", dt}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    GLINT_CHECK(t.defined(), path, ": tensor '", name, "' is undefined");
+    std::string dt;
+    try {
+      dt = safetensors_dtype_name(t.scalar_type());
+    } catch (const Error&) {
+      fail(path, ": tensor '", name, "' has dtype ", c10::toString(t.scalar_type()),
+           ", which safetensors cannot store");
+    }
+    uint64_t bytes = uint64_t(t.numel()) * t.element_size();
+    header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    cpu.push_back(c);
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
   write_file_atomic(path, [&](std::FILE* f) {
     uint64_t len = h.size();
     bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-    for (const auto& c : cpu) {
+    // One tensor at a time on the host, so a GPU state dict never has a second full copy.
+    // bf16/f16 go out as their raw bits.
+    for (size_t i = 0; ok && i < tensors.size(); ++i) {
+      at::Tensor c = tensors[i].second.detach().to(at::kCPU).contiguous();
       size_t bytes = size_t(c.numel()) * c.element_size();
-      ok = ok && (bytes == 0 || std::fwrite(c.data_ptr(), 1, bytes, f) == bytes);
+      ok = bytes == 0 || std::fwrite(c.data_ptr(), 1, bytes, f) == bytes;
     }
     GLINT_CHECK(ok, path, ": write failed (", std::strerror(errno), ")");
   });

@@ -27,10 +27,11 @@ struct TensorInfo {
 };
 
 // A safetensors file opened for reading. The constructor validates the whole header:
-// length inside the file, valid JSON, known dtype (F32, BF16, F16, F64, I64, I32, I8,
-// U8, BOOL), non-negative shape, shape x dtype == byte size, offsets inside the data
+// length inside the file, valid JSON, known dtype (F32, BF16, F16, F64, I64, I32, I16,
+// I8, U8, BOOL), non-negative shape, shape x dtype == byte size, offsets inside the data
 // buffer, no two tensors overlapping. Any violation throws glint::Error naming the
-// file, the key and the problem. Reads are pread()s of exactly the bytes needed.
+// file, the key and the problem. Reads are pread()s of exactly the bytes needed, into
+// the returned tensor's storage; const methods are safe to call from several threads.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);

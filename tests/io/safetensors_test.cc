@@ -1,3 +1,5 @@
+// SafetensorsFile and write_safetensors. The format checks build and parse files by
+// hand (std::ofstream / std::ifstream + nlohmann), independently of the code under test.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -5,9 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <sstream>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 #include "test_util.h"
@@ -17,27 +20,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("io_" + name); }
+std::string temp_dir(const std::string& name) {
+  return glint::testing::fresh_temp_dir("io_st_" + name);
+}
 
 // Writes a safetensors file by hand: 8-byte little-endian length, header, raw bytes.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,
                int64_t header_len_override = -1) {
-  std::ofstream f(path, std::ios::binary);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
   uint64_t n = header_len_override >= 0 ? uint64_t(header_len_override) : header.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f << header << data;
 }
 
-std::string floats(std::initializer_list<float> v) {
-  std::string s(v.size() * 4, '\0');
+template <typename T>
+std::string bytes_of(std::initializer_list<T> v) {
+  std::string s(v.size() * sizeof(T), '\0');
   std::memcpy(s.data(), v.begin(), s.size());
   return s;
 }
+std::string floats(std::initializer_list<float> v) { return bytes_of<float>(v); }
 
-void expect_error(const std::string& path, const std::string& word) {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Opening `path` throws glint::Error whose message names the path and `word`.
+void expect_open_error(const std::string& path, const std::string& word) {
   try {
     SafetensorsFile f(path);
-    ADD_FAILURE() << "no error for " << word;
+    ADD_FAILURE() << "no error; expected one about: " << word;
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
@@ -47,152 +62,275 @@ void expect_error(const std::string& path, const std::string& word) {
 
 TEST(Safetensors, ReadsAHandWrittenFile) {
   std::string d = temp_dir("hand");
+  std::string p = d + "/x.safetensors";
+  // Entries out of offset order, an I64, a BF16 written as raw bits (0x3F80 = 1.0,
+  // 0xC040 = -3.0), a scalar, and the header padded with spaces like the official writer.
   std::string header = R"({"__metadata__":{"format":"pt"},)"
                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]},)"
-                       R"("a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})";
-  write_raw(d + "/x.safetensors", header, floats({1, 2, 3, 4.5f, -1}));
-  SafetensorsFile f(d + "/x.safetensors");
-  EXPECT_EQ(f.keys(), (std::vector<std::string>{"a", "b"}));
+                       R"("a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+                       R"("i":{"dtype":"I64","shape":[2,1],"data_offsets":[20,36]},)"
+                       R"("h":{"dtype":"BF16","shape":[2],"data_offsets":[36,40]},)"
+                       R"("s":{"dtype":"F32","shape":[],"data_offsets":[40,44]}})";
+  header.append(7, ' ');
+  std::string data = floats({1, 2, 3, 4.5f, -1}) + bytes_of<int64_t>({-7, 1LL << 40}) +
+                     bytes_of<uint16_t>({0x3F80, 0xC040}) + floats({0.25f});
+  write_raw(p, header, data);
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.path(), p);
+  EXPECT_EQ(f.keys(), (std::vector<std::string>{"a", "b", "h", "i", "s"}));
+  EXPECT_TRUE(f.contains("a"));
+  EXPECT_FALSE(f.contains("__metadata__"));
   EXPECT_TRUE(at::equal(f.read("a"), at::tensor({1.0f, 2.0f, 3.0f})));
   EXPECT_TRUE(at::equal(f.read("b"), at::tensor({4.5f, -1.0f})));
-  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_TRUE(at::equal(f.read("i"), at::tensor({int64_t(-7), int64_t(1) << 40}).reshape({2, 1})));
+  at::Tensor h = f.read("h");
+  EXPECT_EQ(h.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(h.to(at::kFloat), at::tensor({1.0f, -3.0f})));
+  EXPECT_EQ(f.read("s").dim(), 0);
+  EXPECT_EQ(f.read("s").item<float>(), 0.25f);
+  const TensorInfo& ti = f.info("b");
+  EXPECT_EQ(ti.dtype, at::kFloat);
+  EXPECT_EQ(ti.begin, 8 + header.size() + 12);  // absolute offsets
+  EXPECT_EQ(ti.end, 8 + header.size() + 20);
+  EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
 }
 
 TEST(Safetensors, RoundTripsEveryDtypeBitExactly) {
   std::string d = temp_dir("roundtrip");
+  std::string p = d + "/t.safetensors";
   at::manual_seed(0);
   std::vector<std::pair<std::string, at::Tensor>> ts = {
       {"f32", at::randn({3, 4})},
       {"bf16", at::randn({5, 2}).to(at::kBFloat16)},
       {"f16", at::randn({2, 3, 2}).to(at::kHalf)},
       {"f64", at::randn({4}, at::kDouble)},
-      {"i64", at::arange(7, at::kLong)},
+      {"i64", at::arange(-3, 4, at::kLong)},
+      {"i32", at::arange(-2, 3, at::kInt)},
+      {"i16", at::arange(-2, 3, at::kShort)},
+      {"i8", at::arange(-2, 3, at::kChar)},
+      {"u8", at::arange(250, 256, at::kInt).to(at::kByte)},
+      {"bool", at::tensor({1, 0, 1}).to(at::kBool)},
       {"empty", at::zeros({0, 4})},
       {"scalar", at::tensor(3.5f).reshape({})},
       {"strided", at::randn({4, 6}).t()},  // non-contiguous input
   };
-  write_safetensors(d + "/t.safetensors", ts, {{"k", "v"}});
-  SafetensorsFile f(d + "/t.safetensors");
+  // NaN and infinities must survive as bits, not be canonicalised.
+  ts[0].second[0][0] = std::numeric_limits<float>::quiet_NaN();
+  ts[0].second[0][1] = -std::numeric_limits<float>::infinity();
+  write_safetensors(p, ts, {{"format", "pt"}, {"note", "héllo \"quoted\""}});
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.keys().size(), ts.size());
   for (const auto& [name, t] : ts) {
     at::Tensor r = f.read(name);
     EXPECT_EQ(r.scalar_type(), t.scalar_type()) << name;
-    EXPECT_TRUE(at::equal(r, t)) << name;
+    EXPECT_EQ(r.sizes(), t.sizes()) << name;
+    // Compare bits: at::equal is false for NaN == NaN.
+    EXPECT_EQ(std::memcmp(r.data_ptr(), t.contiguous().data_ptr(), t.numel() * t.element_size()), 0)
+        << name;
+    if (name != "f32") EXPECT_TRUE(at::equal(r, t)) << name;
   }
-  EXPECT_EQ(f.metadata().at("k"), "v");
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.metadata().at("note"), "héllo \"quoted\"");
+}
 
-  // Parse the written header independently: offsets are consecutive, the data buffer
-  // starts 8-byte aligned.
-  std::ifstream in(d + "/t.safetensors", std::ios::binary);
+TEST(Safetensors, WrittenFileParsedByHand) {
+  std::string d = temp_dir("byhand");
+  std::string p = d + "/t.safetensors";
+  std::vector<std::pair<std::string, at::Tensor>> ts = {
+      {"z", at::arange(5, at::kFloat)},  // 20 bytes: the next offset is not 8-aligned
+      {"a", at::arange(6, at::kShort).reshape({2, 3})},
+      {"e", at::zeros({0})},
+      {"bf", at::tensor({1.0f, -2.0f}).to(at::kBFloat16)},
+  };
+  write_safetensors(p, ts);
+  std::string file = slurp(p);
+  ASSERT_GE(file.size(), 8u);
   uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  EXPECT_EQ(n % 8, 0u);
-  std::string h(n, '\0');
-  in.read(h.data(), n);
-  auto j = nlohmann::json::parse(h);
+  std::memcpy(&n, file.data(), 8);
+  EXPECT_EQ(n % 8, 0u) << "the data buffer must start 8-byte aligned";
+  ASSERT_LE(8 + n, file.size());
+  std::string h = file.substr(8, n);
+  // Padding, if any, is spaces after the JSON's closing brace.
+  EXPECT_EQ(h.front(), '{');
+  EXPECT_EQ(h.find_first_not_of(' ', h.rfind('}') + 1), std::string::npos);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(h);
+  EXPECT_FALSE(j.contains("__metadata__")) << "no metadata was given";
+  // Entries in the given order, offsets consecutive from 0, data buffer exactly filled.
+  std::vector<std::string> order;
+  for (auto it = j.begin(); it != j.end(); ++it) order.push_back(it.key());
+  EXPECT_EQ(order, (std::vector<std::string>{"z", "a", "e", "bf"}));
   uint64_t expected_begin = 0;
   for (const auto& [name, t] : ts) {
-    auto off = j[name]["data_offsets"];
-    EXPECT_EQ(off[0].get<uint64_t>(), expected_begin) << name;
-    expected_begin += t.numel() * t.element_size();
-    EXPECT_EQ(off[1].get<uint64_t>(), expected_begin) << name;
+    const auto& e = j[name];
+    EXPECT_EQ(e["shape"].get<std::vector<int64_t>>(), t.sizes().vec()) << name;
+    EXPECT_EQ(e["data_offsets"][0].get<uint64_t>(), expected_begin) << name;
+    uint64_t bytes = t.numel() * t.element_size();
+    EXPECT_EQ(e["data_offsets"][1].get<uint64_t>(), expected_begin + bytes) << name;
+    EXPECT_EQ(file.compare(8 + n + expected_begin, bytes,
+                           static_cast<const char*>(t.data_ptr()), bytes), 0) << name;
+    expected_begin += bytes;
   }
+  EXPECT_EQ(j["z"]["dtype"], "F32");
+  EXPECT_EQ(j["a"]["dtype"], "I16");
+  EXPECT_EQ(j["bf"]["dtype"], "BF16");
+  EXPECT_EQ(file.size(), 8 + n + expected_begin);
+  // BF16 is stored as raw bits: 1.0 = 0x3F80, -2.0 = 0xC000.
+  uint16_t bits[2];
+  std::memcpy(bits, file.data() + 8 + n + j["bf"]["data_offsets"][0].get<uint64_t>(), 4);
+  EXPECT_EQ(bits[0], 0x3F80);
+  EXPECT_EQ(bits[1], 0xC000);
 }
 
 TEST(Safetensors, ReadRowsEqualsNarrow) {
   std::string d = temp_dir("rows");
-  at::Tensor t = at::randn({6, 3, 2});
-  write_safetensors(d + "/r.safetensors", {{"w", t}});
-  SafetensorsFile f(d + "/r.safetensors");
-  for (auto [start, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 6}, {2, 3}, {5, 1}, {4, 0}})
-    EXPECT_TRUE(at::equal(f.read_rows("w", start, count), t.narrow(0, start, count)));
-  EXPECT_THROW(f.read_rows("w", 4, 3), Error);
-  EXPECT_THROW(f.read_rows("w", -1, 1), Error);
+  std::string p = d + "/r.safetensors";
+  at::manual_seed(1);
+  at::Tensor w = at::randn({6, 3, 2});
+  at::Tensor v = at::randn({7}).to(at::kBFloat16);
+  at::Tensor z = at::zeros({5, 0});
+  write_safetensors(p, {{"v", v}, {"w", w}, {"z", z}});
+  SafetensorsFile f(p);
+  for (auto [start, count] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 6}, {2, 3}, {5, 1}, {4, 0}, {6, 0}, {0, 1}})
+    EXPECT_TRUE(at::equal(f.read_rows("w", start, count), f.read("w").narrow(0, start, count)))
+        << start << "+" << count;
+  EXPECT_TRUE(at::equal(f.read_rows("w", 1, 4), w.narrow(0, 1, 4)));
+  EXPECT_TRUE(at::equal(f.read_rows("v", 3, 4), v.narrow(0, 3, 4)));
+  EXPECT_EQ(f.read_rows("v", 3, 4).scalar_type(), at::kBFloat16);
+  EXPECT_EQ(f.read_rows("z", 1, 3).sizes(), (std::vector<int64_t>{3, 0}));
+  for (auto [start, count] : std::vector<std::pair<int64_t, int64_t>>{
+           {4, 3}, {-1, 1}, {0, -1}, {7, 0}, {std::numeric_limits<int64_t>::max(), 2}}) {
+    try {
+      f.read_rows("w", start, count);
+      ADD_FAILURE() << "rows " << start << "+" << count << " accepted";
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(p), std::string::npos) << msg;
+      EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("[6, 3, 2]"), std::string::npos) << msg;
+    }
+  }
+  write_safetensors(p, {{"s", at::tensor(1.0f).reshape({})}});
+  EXPECT_THROW(SafetensorsFile(p).read_rows("s", 0, 1), Error);
 }
+
+struct BadCase {
+  const char* what;
+  std::string header;
+  std::string data;
+  std::string word;  // expected in the message
+};
 
 TEST(Safetensors, BadFilesNameThePathAndProblem) {
   std::string d = temp_dir("bad");
   std::string p = d + "/bad.safetensors";
+
   std::ofstream(p, std::ios::binary) << "abc";
-  expect_error(p, "truncated");
+  expect_open_error(p, "truncated");
   write_raw(p, "{}", "", 1000);
-  expect_error(p, "past the end of file");
-  write_raw(p, "{not json", "");
-  expect_error(p, "JSON");
-  write_raw(p, R"({"a":{"dtype":"F9","shape":[1],"data_offsets":[0,4]}})", floats({1}));
-  expect_error(p, "unknown dtype");
-  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", floats({1}));
-  expect_error(p, "size mismatch");
-  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", floats({1}));
-  expect_error(p, "out of range");
-  write_raw(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-            floats({1, 2}));
-  expect_error(p, "overlap");
-  write_raw(p, R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", floats({1}));
-  expect_error(p, "non-negative");
+  expect_open_error(p, "past the end of file");
+  write_raw(p, "{}", "", -2);  // 2^64 - 2: must not wrap around the size check
+  expect_open_error(p, "past the end of file");
+
+  const std::vector<BadCase> cases = {
+      {"not JSON", "{not json", "", "JSON"},
+      {"not an object", "[1, 2]", "", "object"},
+      {"unknown dtype", R"({"a":{"dtype":"F9","shape":[1],"data_offsets":[0,4]}})",
+       floats({1}), "unknown dtype 'F9'"},
+      {"missing field", R"({"a":{"dtype":"F32","shape":[1]}})", floats({1}), "data_offsets"},
+      {"size mismatch", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",
+       floats({1}), "size mismatch"},
+      {"shape overflow",
+       R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "",
+       "size mismatch"},
+      {"past the end", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+       floats({1}), "out of range"},
+      {"reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", floats({1}),
+       "reversed"},
+      {"negative offset", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})",
+       floats({1}), "data_offsets"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       floats({1, 2}), "overlap"},
+      // An empty tensor sorted between two overlapping ones must not hide the overlap.
+      {"overlap around an empty tensor",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       floats({1, 2}), "overlap"},
+      {"negative dim", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+       floats({1}), "non-negative"},
+      {"fractional dim", R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})",
+       floats({1}), "non-negative integers"},
+      {"metadata value", R"({"__metadata__":{"k":1}})", "", "__metadata__"},
+      {"metadata type", R"({"__metadata__":[]})", "", "__metadata__"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    write_raw(p, c.header, c.data);
+    expect_open_error(p, c.word);
+  }
+  // Key-specific problems also name the key.
+  write_raw(p, R"({"my.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,4]}})", floats({1}));
+  expect_open_error(p, "'my.weight'");
+
+  expect_open_error(d + "/does_not_exist.safetensors", "cannot open");
+  expect_open_error(d, "not a regular file");
+
   write_raw(p, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", floats({1}));
   SafetensorsFile ok(p);
-  try {
-    ok.read("missing_key");
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing_key"), std::string::npos);
+  for (auto call : {+[](const SafetensorsFile& f) { f.read("missing_key"); },
+                    +[](const SafetensorsFile& f) { f.info("missing_key"); },
+                    +[](const SafetensorsFile& f) { f.read_rows("missing_key", 0, 1); }}) {
+    try {
+      call(ok);
+      ADD_FAILURE() << "missing key accepted";
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("missing_key"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    }
   }
+}
+
+TEST(Safetensors, DtypeNames) {
+  for (const char* n : {"F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"})
+    EXPECT_EQ(safetensors_dtype_name(safetensors_dtype(n, "test")), n);
+  EXPECT_EQ(safetensors_dtype("BF16", "test"), at::kBFloat16);
+  EXPECT_THROW(safetensors_dtype("f32", "test"), Error);  // names are case-sensitive
+  EXPECT_THROW(safetensors_dtype_name(at::kComplexFloat), Error);
 }
 
 TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
   std::string d = temp_dir("atomic");
   std::string p = d + "/w.safetensors";
   write_safetensors(p, {{"a", at::ones({2})}});
-  EXPECT_THROW(write_safetensors(p, {{"a", at::ones({2})}, {"a", at::ones({1})}}), Error);
-  EXPECT_THROW(write_safetensors(p, {{"c", at::ones({2}, at::kComplexFloat)}}), Error);
-  SafetensorsFile f(p);
-  EXPECT_TRUE(at::equal(f.read("a"), at::ones({2})));
-  int files = 0;
-  for ([[maybe_unused]] auto& e : fs::directory_iterator(d)) ++files;
-  EXPECT_EQ(files, 1);
-}
-
-TEST(Checkpoint, SingleFileAndShardedDirectoriesReadTheSame) {
-  std::vector<std::pair<std::string, at::Tensor>> ts;
-  for (int i = 0; i < 5; ++i) ts.emplace_back("t" + std::to_string(i), at::randn({4, 8}));
-  std::string single = temp_dir("ckpt_single"), sharded = temp_dir("ckpt_sharded");
-  write_checkpoint(single, ts);
-  write_checkpoint(sharded, ts, /*max_shard_bytes=*/300);  // each tensor is 128 bytes
-  EXPECT_TRUE(fs::exists(single + "/model.safetensors"));
-  EXPECT_FALSE(fs::exists(single + "/model.safetensors.index.json"));
-  auto index = nlohmann::json::parse(std::ifstream(sharded + "/model.safetensors.index.json"));
-  EXPECT_EQ(index["metadata"]["total_size"], 5 * 128);
-  EXPECT_EQ(index["weight_map"]["t0"], "model-00001-of-00003.safetensors");
-  EXPECT_EQ(index["weight_map"]["t4"], "model-00003-of-00003.safetensors");
-  CheckpointReader a(single), b(sharded);
-  EXPECT_EQ(a.keys(), b.keys());
-  for (const auto& [name, t] : ts) {
-    EXPECT_TRUE(at::equal(a.read(name), t));
-    EXPECT_TRUE(at::equal(b.read(name), t));
-    EXPECT_TRUE(at::equal(b.read_rows(name, 1, 2), t.narrow(0, 1, 2)));
-  }
-}
-
-TEST(Checkpoint, BadDirectoriesAreErrors) {
-  auto expect = [](const std::string& dir, const std::string& word) {
+  const std::string before = slurp(p);
+  auto expect_write_error = [&](const std::vector<std::pair<std::string, at::Tensor>>& ts,
+                                const std::string& word) {
     try {
-      CheckpointReader r(dir);
-      r.read("t0");
-      ADD_FAILURE() << word;
+      write_safetensors(p, ts);
+      ADD_FAILURE() << "write accepted; expected an error about " << word;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(p), std::string::npos) << msg;
+      EXPECT_NE(msg.find(word), std::string::npos) << msg;
     }
+    EXPECT_EQ(slurp(p), before);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename());
+    EXPECT_EQ(names, std::vector<std::string>{"w.safetensors"});
   };
-  expect(temp_dir("ckpt_empty"), "model.safetensors");
-  std::string d = temp_dir("ckpt_missing_shard");
-  std::ofstream(d + "/model.safetensors.index.json")
-      << R"({"weight_map":{"t0":"model-00001-of-00002.safetensors"}})";
-  expect(d, "model-00001-of-00002.safetensors");
-  std::string d2 = temp_dir("ckpt_lying_index");
-  write_safetensors(d2 + "/s.safetensors", {{"other", at::ones({1})}});
-  std::ofstream(d2 + "/model.safetensors.index.json") << R"({"weight_map":{"t0":"s.safetensors"}})";
-  expect(d2, "t0");
+  expect_write_error({{"a", at::ones({2})}, {"a", at::ones({1})}}, "duplicate");
+  expect_write_error({{"ok", at::ones({2})}, {"c", at::ones({2}, at::kComplexFloat)}}, "'c'");
+  expect_write_error({{"__metadata__", at::ones({2})}}, "__metadata__");
+  expect_write_error({{"u", at::Tensor()}}, "undefined");
+  // A successful write replaces the content and leaves no temp file either.
+  write_safetensors(p, {{"b", at::zeros({3})}});
+  EXPECT_EQ(SafetensorsFile(p).keys(), std::vector<std::string>{"b"});
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 1);
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+// Multi-rank tests: real processes on 127.0.0.1 started through `glint launch`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "dist/launcher.h"
+
+namespace {
+
+struct RunResult {
+  int exit_code;
+  std::string output;
+  double seconds;
+};
+
+RunResult run(const std::string& cmd) {
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out, s};
+}
+
+std::string launch(int n, const std::string& args) {
+  return std::string(GLINT_BINARY) + " launch -n " + std::to_string(n) + " -- " + args;
+}
+
+TEST(DistComm, CollectivesMatchHandDerivedValues) {
+  for (int w : {2, 3, 4}) {
+    RunResult r = run(launch(w, std::string(GLINT_DIST_WORKER) + " comm"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    for (int i = 0; i < w; ++i)
+      EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] comm ok on rank " + std::to_string(i)),
+                std::string::npos)
+          << r.output;
+  }
+}
+
+TEST(DistLaunch, FailingRankStopsTheJobAndIsNamed) {
+  RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(3, std::string(GLINT_DIST_WORKER) + " die"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with status 7"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(DistLaunch, KilledRankIsNamedWithItsSignal) {
+  RunResult r = run(launch(3, "bash -c 'if [ $RANK = 2 ]; then kill -9 $$; fi; sleep 60'"));
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
+  EXPECT_NE(r.output.find("rank 2 was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30);
+}
+
+TEST(DistLaunch, EnvironmentAndPrefixedOutput) {
+  RunResult r = run(launch(2, "bash -c 'echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] 0/2/0/2/127.0.0.1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] 1/2/1/2/127.0.0.1"), std::string::npos) << r.output;
+  RunResult bad = run(std::string(GLINT_BINARY) + " launch -n 0 -- true");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("-n"), std::string::npos) << bad.output;
+}
+
+TEST(DistLaunch, TakenPortAndWorldSizeMismatchAreClearErrors) {
+  int port = glint::free_tcp_port();
+  // Two rank-0 processes on one port: the second cannot host the store.
+  std::string worker = std::string(GLINT_DIST_WORKER) + " comm";
+  std::string env = "GLINT_DIST_TIMEOUT_SECONDS=5 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);
+  RunResult r = run("(" + env + " RANK=0 WORLD_SIZE=2 " + worker + " & sleep 1; " + env +
+                    " RANK=0 WORLD_SIZE=2 " + worker + "; echo second=$?; wait)");
+  EXPECT_NE(r.output.find("second=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is the port taken?"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did every rank start"), std::string::npos) << r.output;
+  // A rank outside the world size.
+  RunResult m = run(env + " RANK=3 WORLD_SIZE=2 " + worker);
+  EXPECT_EQ(m.exit_code, 1) << m.output;
+  EXPECT_NE(m.output.find("rank 3 is not below the world size 2"), std::string::npos) << m.output;
+  // Nobody hosts the store: the timeout ends the wait with a message.
+  RunResult u = run("GLINT_DIST_TIMEOUT_SECONDS=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                    std::to_string(glint::free_tcp_port()) + " RANK=1 WORLD_SIZE=2 " + worker);
+  EXPECT_EQ(u.exit_code, 1) << u.output;
+  EXPECT_NE(u.output.find("rendezvous"), std::string::npos) << u.output;
+  EXPECT_LT(u.seconds, 30);
+}
+
+}  // namespace

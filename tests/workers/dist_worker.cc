@@ -1,0 +1,115 @@
+// Started by multi-rank tests through `glint launch -n W -- glint_dist_worker CASE`.
+// Each case checks collectives against values derived by hand from the rank numbers and
+// exits non-zero (printing the mismatch) when one is wrong.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/comm.h"
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what, const at::Tensor& got, const at::Tensor& want) {
+  if (ok) return;
+  ++failures;
+  std::cout << "MISMATCH " << what << "\ngot " << got << "\nwant " << want << std::endl;
+}
+
+void expect_equal(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
+  check(got.sizes() == want.sizes() && at::equal(got, want), what, got, want);
+}
+
+int comm_case(glint::Comm& c) {
+  const int r = c.rank(), W = c.size();
+  // all_reduce: sum over ranks of (r + 1) * [1, 2] = W(W+1)/2 * [1, 2].
+  at::Tensor t = at::tensor({1.0f, 2.0f}) * float(r + 1);
+  c.all_reduce_sum(t);
+  float tri = W * (W + 1) / 2.0f;
+  expect_equal("all_reduce", t, at::tensor({tri, 2 * tri}));
+  // all_gather: rank i contributes a [2, 3] block filled with i.
+  at::Tensor g = c.all_gather(at::full({2, 3}, float(r)));
+  at::Tensor want_g = at::empty({2 * W, 3});
+  for (int i = 0; i < W; ++i) want_g.narrow(0, 2 * i, 2).fill_(float(i));
+  expect_equal("all_gather", g, want_g);
+  // reduce_scatter: every rank holds arange(2W) * (r + 1); rank r gets its chunk times tri.
+  at::Tensor rs = c.reduce_scatter_sum(at::arange(2 * W, at::kFloat) * float(r + 1));
+  expect_equal("reduce_scatter", rs, at::tensor({2.0f * r, 2.0f * r + 1}) * tri);
+  // Uneven all_to_all: rank i sends (i + j) % 3 rows to rank j; each row is
+  // [i, j, k] (source, destination, index within the message).
+  std::vector<int64_t> send(W), recv(W);
+  for (int j = 0; j < W; ++j) send[j] = (r + j) % 3;
+  for (int i = 0; i < W; ++i) recv[i] = (i + r) % 3;
+  std::vector<float> rows;
+  for (int j = 0; j < W; ++j)
+    for (int k = 0; k < send[j]; ++k) rows.insert(rows.end(), {float(r), float(j), float(k)});
+  int64_t n_send = std::accumulate(send.begin(), send.end(), int64_t(0));
+  at::Tensor src = at::tensor(rows).view({n_send, 3});
+  at::Tensor got = c.all_to_all(src, send, recv);
+  std::vector<float> want_rows;
+  for (int i = 0; i < W; ++i)
+    for (int k = 0; k < recv[i]; ++k) want_rows.insert(want_rows.end(), {float(i), float(r), float(k)});
+  int64_t n_recv = std::accumulate(recv.begin(), recv.end(), int64_t(0));
+  expect_equal("all_to_all", got, at::tensor(want_rows).view({n_recv, 3}));
+  uint64_t want_bytes = 0;
+  for (int j = 0; j < W; ++j)
+    if (j != r) want_bytes += send[j] * 3 * 4;
+  if (c.bytes_sent().at("all_to_all") != want_bytes) {
+    ++failures;
+    std::cout << "MISMATCH all_to_all bytes " << c.bytes_sent().at("all_to_all") << " vs " << want_bytes << "\n";
+  }
+  // broadcast from the last rank.
+  at::Tensor b = at::full({4}, float(r));
+  c.broadcast(b, W - 1);
+  expect_equal("broadcast", b, at::full({4}, float(W - 1)));
+  // gather to rank 0: rank i sends [i, 10 i].
+  at::Tensor ga = c.gather(at::tensor({float(r), 10.0f * r}).view({1, 2}), 0);
+  if (r == 0) {
+    at::Tensor want = at::empty({W, 2});
+    for (int i = 0; i < W; ++i) {
+      want[i][0] = float(i);
+      want[i][1] = 10.0f * i;
+    }
+    expect_equal("gather", ga, want);
+  }
+  c.barrier();
+  std::cout << "comm ok on rank " << r << " of " << W << std::endl;
+  return failures ? 1 : 0;
+}
+
+// Rank 1 exits in the middle of a collective sequence; the others must fail, not hang.
+int die_case(glint::Comm& c) {
+  at::Tensor t = at::ones({4});
+  c.all_reduce_sum(t);
+  if (c.rank() == 1) {
+    std::cout << "rank 1 exiting" << std::endl;
+    std::_Exit(7);
+  }
+  for (int i = 0; i < 100; ++i) c.all_reduce_sum(t);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: glint_dist_worker comm|die\n";
+    return 2;
+  }
+  try {
+    auto comm = glint::Comm::create(glint::World::from_env());
+    if (std::strcmp(argv[1], "comm") == 0) return comm_case(*comm);
+    if (std::strcmp(argv[1], "die") == 0) return die_case(*comm);
+    std::cerr << "unknown case " << argv[1] << "\n";
+    return 2;
+  } catch (const glint::Error& e) {
+    std::cerr << "glint: error: " << e.what() << "\n";
+    return 1;
+  }
+}
