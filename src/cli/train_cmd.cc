@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "dist/comm.h"
 #include "train/trainer.h"
 
 namespace glint::cli {
@@ -66,16 +67,22 @@ Action add_train(CLI::App& app) {
       if (cmd->count("--eval-every") == 0) opts->eval_every = 100;
       if (cmd->count("--log-every") == 0) opts->log_every = 100;
     }
-    Trainer trainer(*opts);
-    make_dirs(opts->output);
-    // The resolved configuration, re-usable as --config.
-    write_text_atomic(opts->output + "/config.toml", cmd->config_to_str(true, false));
-    std::cerr << "glint train: " << (opts->model_dir.empty() ? "built-in tiny Qwen3-MoE" : opts->model_dir)
+    auto comm = Comm::create(World::from_env());
+    Trainer trainer(*opts, comm);
+    const bool lead = comm->rank() == 0;
+    if (lead) {
+      make_dirs(opts->output);
+      // The resolved configuration, re-usable as --config.
+      write_text_atomic(opts->output + "/config.toml", cmd->config_to_str(true, false));
+    }
+    if (lead) std::cerr << "glint train: " << (opts->model_dir.empty() ? "built-in tiny Qwen3-MoE" : opts->model_dir)
               << ", " << (opts->data.empty() ? "built-in reverse-digits task" : opts->data) << ", "
               << (opts->full ? "full fine-tuning" : "LoRA r=" + std::to_string(opts->lora.r))
-              << ", " << opts->steps << " steps -> " << opts->output << "\n";
+              << ", " << opts->steps << " steps"
+              << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())
+              << " -> " << opts->output << "\n";
     trainer.run();
-    std::cerr << "saved " << (opts->full ? opts->output + "/model" : opts->output + "/adapter")
+    if (lead) std::cerr << "saved " << (opts->full ? opts->output + "/model" : opts->output + "/adapter")
               << "; metrics in " << opts->output << "/metrics.jsonl\n";
     return 0;
   };

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "data/tokenized_jsonl.h"
+#include "dist/comm.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
 #include "train/metrics.h"
@@ -46,8 +48,16 @@ void TrainOptions::validate() const {
   if (!full) lora.validate("LoRA options");
 }
 
-Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
+Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
+    : opt_(std::move(options)), comm_(comm ? std::move(comm) : Comm::create(World{})) {
   opt_.validate();
+  const int W = comm_->size();
+  GLINT_CHECK(opt_.batch_size % W == 0, "--batch-size (", opt_.batch_size,
+              ") must be a multiple of the number of ranks (", W, ")");
+  if (opt_.micro_batch_size > 0)
+    GLINT_CHECK((opt_.batch_size / W) % opt_.micro_batch_size == 0, "each rank's share of --batch-size (",
+                opt_.batch_size / W, ") must be a multiple of --micro-batch-size (",
+                opt_.micro_batch_size, ")");
   at::set_num_threads(opt_.threads > 0 ? int(opt_.threads)
                                        : int(std::max(1u, std::thread::hardware_concurrency())));
   TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
@@ -100,10 +110,14 @@ Trainer::Trainer(TrainOptions options) : opt_(std::move(options)) {
 Trainer::~Trainer() = default;
 
 std::vector<Batch> Trainer::next_micro_batches() {
+  // Every rank draws the same global batch and keeps its contiguous share, so the split
+  // does not change which samples a step sees.
   std::vector<size_t> idx = data_->sampler.next(opt_.batch_size);
+  const int64_t share = opt_.batch_size / comm_->size();
   std::vector<const Sample*> picked;
-  for (size_t i : idx) picked.push_back(&samples_[i]);
-  int64_t mbs = opt_.micro_batch_size > 0 ? opt_.micro_batch_size : opt_.batch_size;
+  for (int64_t i = comm_->rank() * share; i < (comm_->rank() + 1) * share; ++i)
+    picked.push_back(&samples_[idx[i]]);
+  int64_t mbs = opt_.micro_batch_size > 0 ? opt_.micro_batch_size : share;
   return collate(picked, data_->collate, mbs);
 }
 
@@ -114,6 +128,13 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     st.label_tokens += b.label_tokens;
     st.tokens += b.segment_ids.ge(0).sum().item<int64_t>();
   }
+  // Global counts: the loss of the step is normalized by the label tokens of all ranks.
+  at::Tensor counts = at::tensor({double(st.label_tokens), double(st.tokens), double(micro_batches.size())},
+                                 at::kDouble);
+  comm_->all_reduce_sum(counts);
+  st.label_tokens = int64_t(counts[0].item<double>());
+  st.tokens = int64_t(counts[1].item<double>());
+  const double total_micro = counts[2].item<double>();
   GLINT_CHECK(st.label_tokens > 0, "step ", step_ + 1, ": the batch has no label tokens to train on");
   optimizer_->zero_grad();
   double ce_total = 0, aux_total = 0;
@@ -129,7 +150,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     // Normalize by the label tokens of the whole step, so accumulation equals one big batch.
     at::Tensor objective = parts.ce_sum / double(st.label_tokens);
     if (parts.aux_loss.defined()) {
-      objective = objective + parts.aux_loss * (coef / double(micro_batches.size()));
+      objective = objective + parts.aux_loss * (coef / total_micro);
       aux_total += parts.aux_loss.item<double>();
       has_aux = true;
     }
@@ -140,8 +161,11 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     st.backward_seconds += seconds_since(tb);
   }
   auto to = clock::now();
-  st.loss = ce_total / double(st.label_tokens);
-  if (has_aux) st.aux_loss = aux_total / double(micro_batches.size());
+  all_reduce_grads();
+  at::Tensor sums = at::tensor({ce_total, aux_total}, at::kDouble);
+  comm_->all_reduce_sum(sums);
+  st.loss = sums[0].item<double>() / double(st.label_tokens);
+  if (has_aux) st.aux_loss = sums[1].item<double>() / total_micro;
   st.grad_norm = clip_grad_norm(trainable_, opt_.max_grad_norm);
   ++step_;
   st.lr = schedule_.at(step_);
@@ -149,6 +173,28 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   st.optimizer_seconds = seconds_since(to);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
+}
+
+void Trainer::all_reduce_grads() {
+  if (comm_->size() == 1) return;
+  // One flat buffer per dtype: one collective per step instead of one per tensor.
+  std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
+  for (auto& p : trainable_) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    by_dtype[p.scalar_type()].push_back(&p);
+  }
+  for (auto& [dtype, params] : by_dtype) {
+    std::vector<at::Tensor> flat;
+    for (at::Tensor* p : params) flat.push_back(p->grad().reshape({-1}));
+    at::Tensor buf = at::cat(flat);
+    comm_->all_reduce_sum(buf);
+    int64_t off = 0;
+    for (at::Tensor* p : params) {
+      int64_t n = p->numel();
+      p->grad().copy_(buf.narrow(0, off, n).view(p->sizes()));
+      off += n;
+    }
+  }
 }
 
 std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
@@ -211,22 +257,35 @@ void Trainer::save() {
 }
 
 void Trainer::run() {
-  make_dirs(opt_.output);
-  MetricsWriter metrics(opt_.output + "/metrics.jsonl");
-  Progress progress(opt_.steps);
+  // Rank 0 reports and writes; the other ranks train silently beside it.
+  const bool lead = comm_->rank() == 0;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (lead) {
+    make_dirs(opt_.output);
+    metrics = std::make_unique<MetricsWriter>(opt_.output + "/metrics.jsonl");
+  }
+  Progress progress(lead ? opt_.steps : 0);
+  auto say = [&](const char* line) {
+    if (lead) progress.line(line);
+  };
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
+  const bool evaluates = builtin_task_ && lead && opt_.eval_samples > 0;
   char buf[512];
   double first_acc = -1, last_acc = -1;
-  if (builtin_task_) {
-    double acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    first_acc = acc;
-    std::snprintf(buf, sizeof buf, "step %4d  held-out exact match %5.1f%%", 0, 100 * acc);
-    progress.line(buf);
+  if (evaluates) {
+    first_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    std::snprintf(buf, sizeof buf, "step %4d  held-out exact match %5.1f%%", 0, 100 * first_acc);
+    say(buf);
   }
   double window_loss = 0, first_loss = 0, last_loss = 0;
   int64_t window = 0;
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     StepStats st = step(next_micro_batches());
+    if (s == 1) first_loss = st.loss;
+    last_loss = st.loss;
+    window_loss += st.loss;
+    ++window;
+    if (!lead) continue;
     nlohmann::json rec = {{"step", s},
                           {"loss", st.loss},
                           {"grad_norm", st.grad_norm},
@@ -236,16 +295,11 @@ void Trainer::run() {
                           {"tokens_per_s", st.tokens / st.seconds},
                           {"peak_rss_mb", peak_rss_mb()}};
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
-    bool eval_now = builtin_task_ &&
-                    ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
+    if (comm_->size() > 1) rec["ranks"] = comm_->size();
+    bool eval_now = evaluates && ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
     if (eval_now) rec["exact_match"] = last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    if (s == 1) first_loss = st.loss;
-    last_loss = st.loss;
-    metrics.write(rec);
-    window_loss += st.loss;
-    ++window;
-    std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr,
-                  st.tokens / st.seconds);
+    metrics->write(rec);
+    std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
     progress.update(s, buf);
     if (s % opt_.log_every == 0 || s == opt_.steps || eval_now) {
       int n = std::snprintf(buf, sizeof buf,
@@ -253,20 +307,20 @@ void Trainer::run() {
                             (long long)s, window_loss / window, st.grad_norm, st.lr,
                             st.tokens / st.seconds, peak_rss_mb());
       if (eval_now)
-        std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%",
-                      100 * rec["exact_match"].get<double>());
-      progress.line(buf);
+        std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%", 100 * last_acc);
+      say(buf);
       window_loss = 0;
       window = 0;
     }
   }
+  if (!lead) return;
   progress.finish();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld", first_loss,
                         last_loss, (long long)opt_.steps);
   if (first_acc >= 0 && last_acc >= 0)
     std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
                   100 * last_acc);
-  progress.line(buf);
+  say(buf);
   save();
 }
 

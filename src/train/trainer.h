@@ -22,8 +22,9 @@ struct TrainOptions {
   std::string data;              // pre-tokenized JSONL; "" = built-in reverse-digits task
   std::string output = "glint-out";  // run directory
   int64_t steps = 1000;          // optimizer steps
-  int64_t batch_size = 32;       // sequences per optimizer step
-  int64_t micro_batch_size = 0;  // sequences per forward/backward; 0 = batch_size
+  int64_t batch_size = 32;       // sequences per optimizer step, over all ranks
+  int64_t micro_batch_size = 0;  // sequences per forward/backward on one rank; 0 = the
+                                 // rank's whole share of the batch
   int64_t seq_len = 0;           // tokens per sequence; 0 = 128 (built-in task: its longest sample)
   bool pack = false;             // pack several samples per sequence
   double lr = 2e-4;              // peak learning rate
@@ -59,9 +60,14 @@ struct StepStats {
   double optimizer_seconds = 0;  // clipping + AdamW
 };
 
+class Comm;
+
+// Data parallel over the ranks of `comm`: each rank takes its contiguous share of every
+// global batch, the label-token count and the gradients are summed over ranks, so a
+// W-rank step equals a 1-rank step on the same global batch. Only rank 0 writes files.
 class Trainer {
  public:
-  explicit Trainer(TrainOptions options);
+  explicit Trainer(TrainOptions options, std::shared_ptr<Comm> comm = nullptr);
   ~Trainer();
 
   // Runs options.steps steps, writing OUT/metrics.jsonl, OUT/config.toml is the CLI's.
@@ -75,12 +81,15 @@ class Trainer {
   LoraModel& lora() { return lora_; }
   const TrainOptions& options() const { return opt_; }
   std::vector<at::Tensor> trainable_parameters() const { return trainable_; }
-  // Next optimizer step's micro-batches from the training data.
+  // This rank's micro-batches of the next optimizer step.
   std::vector<Batch> next_micro_batches();
+  Comm& comm() { return *comm_; }
 
  private:
   void save() ;
+  void all_reduce_grads();
   TrainOptions opt_;
+  std::shared_ptr<Comm> comm_;
   CausalLM model_{nullptr};
   LoraModel lora_;
   std::vector<at::Tensor> trainable_;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -25,10 +26,11 @@ std::string temp_dir(const std::string& name) {
 }
 
 // Writes a safetensors file by hand: 8-byte little-endian length, header, raw bytes.
+// `header_len` overrides the stored length when given.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,
-               int64_t header_len_override = -1) {
+               std::optional<uint64_t> header_len = std::nullopt) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  uint64_t n = header_len_override >= 0 ? uint64_t(header_len_override) : header.size();
+  uint64_t n = header_len.value_or(header.size());
   f.write(reinterpret_cast<const char*>(&n), 8);
   f << header << data;
 }
@@ -230,7 +232,7 @@ TEST(Safetensors, BadFilesNameThePathAndProblem) {
   expect_open_error(p, "truncated");
   write_raw(p, "{}", "", 1000);
   expect_open_error(p, "past the end of file");
-  write_raw(p, "{}", "", -2);  // 2^64 - 2: must not wrap around the size check
+  write_raw(p, "{}", "", ~uint64_t(1));  // 2^64 - 2: must not wrap around the size check
   expect_open_error(p, "past the end of file");
 
   const std::vector<BadCase> cases = {

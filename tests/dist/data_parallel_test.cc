@@ -1,0 +1,100 @@
+// A W-rank data-parallel run equals the 1-rank run on the same global batch: the loss,
+// router loss and gradient norm of every step, and every trained tensor at the end.
+// Real processes through `glint launch`, float32, gradient accumulation.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace {
+
+std::string run(const std::string& cmd, int* code) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(1e-12, std::max(std::abs(a), std::abs(b))); }
+
+class DataParallel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
+  const bool full = GetParam();
+  std::string dir = glint::testing::fresh_temp_dir(std::string("dp_") + (full ? "full" : "lora"));
+  // A model with the router load-balancing loss on.
+  nlohmann::json cfg = {{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+                        {"intermediate_size", 48},   {"moe_intermediate_size", 16},
+                        {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},  {"head_dim", 8},
+                        {"num_experts", 4},          {"num_experts_per_tok", 2},
+                        {"mlp_only_layers", {1}},    {"output_router_logits", true},
+                        {"router_aux_loss_coef", 0.02}, {"initializer_range", 0.1}};
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  int code;
+  std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
+                            dir + "/model --seed 3",
+                        &code);
+  ASSERT_EQ(code, 0) << out;
+  std::string train = std::string(GLINT_BINARY) + " train --model " + dir +
+                      "/model --steps 3 --batch-size 8 --micro-batch-size 1 --lr 1e-2 --seed 5 "
+                      "--max-grad-norm 0.5 --warmup-steps 1" + (full ? " --full" : " --lora-r 4") +
+                      " --output ";
+  // No --data: the built-in task's samples (this model's vocabulary holds its 16 ids).
+  std::map<int, std::string> outputs;
+  for (int w : {1, 2, 4}) {
+    outputs[w] = dir + "/w" + std::to_string(w);
+    std::string cmd = w == 1 ? train + outputs[w]
+                             : std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " +
+                                   train + outputs[w];
+    out = run(cmd + " --eval-samples 0", &code);
+    ASSERT_EQ(code, 0) << out;
+  }
+  auto base = read_metrics(outputs[1] + "/metrics.jsonl");
+  ASSERT_EQ(base.size(), 3u);
+  std::string weights = full ? "/model/model.safetensors" : "/adapter/adapter_model.safetensors";
+  glint::SafetensorsFile base_w(outputs[1] + weights);
+  for (int w : {2, 4}) {
+    auto m = read_metrics(outputs[w] + "/metrics.jsonl");
+    ASSERT_EQ(m.size(), 3u);
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(m[s]["label_tokens"], base[s]["label_tokens"]) << "W=" << w << " step " << s;
+      for (const char* k : {"loss", "aux_loss", "grad_norm"})
+        EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), 1e-5)
+            << k << " W=" << w << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
+    }
+    // Clipping was active (so the norm itself is under test).
+    EXPECT_GT(base[0]["grad_norm"].get<double>(), 0.5);
+    glint::SafetensorsFile got(outputs[w] + weights);
+    ASSERT_EQ(got.keys(), base_w.keys());
+    for (const auto& k : base_w.keys()) {
+      at::Tensor a = base_w.read(k), b = got.read(k);
+      double err = (a - b).abs().max().item<double>() / std::max(1e-12, a.abs().max().item<double>());
+      EXPECT_LT(err, 1e-5) << k << " W=" << w;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LoraAndFull, DataParallel, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Full" : "Lora"; });
+
+}  // namespace
