@@ -83,8 +83,11 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
   at::Tensor mask = segment_causal_mask(seg);
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
   ForwardOutput out;
-  for (size_t l = 0; l < model->layers->size(); ++l)
-    x = layer(l)->forward(x, rope, mask, &out.router_logits);
+  for (size_t l = 0; l < model->layers->size(); ++l) {
+    DecoderLayer dl = layer(l);
+    x = layer_runner ? layer_runner->run(l, *dl, x, rope, mask, &out.router_logits)
+                     : dl->forward(x, rope, mask, &out.router_logits);
+  }
   out.hidden = model->norm->forward(x);
   return out;
 }

@@ -41,6 +41,18 @@ class DecoderStackImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderStack);
 
+// How CausalLM runs each decoder layer. The default calls the layer directly; parallel/
+// installs runners that recompute layers in backward (activation checkpointing) or
+// gather sharded parameters around them (FSDP), without the model knowing.
+class LayerRunner {
+ public:
+  virtual ~LayerRunner() = default;
+  // Same contract as DecoderLayerImpl::forward.
+  virtual at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
+                         const RotaryTables& rope, const at::Tensor& mask,
+                         std::vector<at::Tensor>* router_logits) = 0;
+};
+
 struct ForwardOutput {
   at::Tensor hidden;                       // [B,S,H] after the final norm
   std::vector<at::Tensor> router_logits;   // per MoE layer, [T,E] float32
@@ -61,6 +73,7 @@ class CausalLMImpl : public torch::nn::Module {
   TensorPlacement placement;
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // absent when tie_word_embeddings
+  std::shared_ptr<LayerRunner> layer_runner;  // null: call layers directly
 };
 TORCH_MODULE(CausalLM);
 

@@ -19,6 +19,7 @@
 #include "dist/comm.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
+#include "parallel/checkpoint.h"
 #include "train/metrics.h"
 
 namespace glint {
@@ -98,6 +99,14 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     if (place.dtype == at::kDouble) lora.dtype = at::kDouble;
     lora_ = apply_lora(*model_, lora, opt_.seed + 2);
     trainable_ = lora_.parameters();
+  }
+  if (opt_.activation_checkpointing) {
+    std::vector<std::pair<std::string, at::Tensor>> adapters;
+    if (!opt_.full) adapters = lora_.named_parameters();
+    std::vector<std::vector<at::Tensor>> per_layer;
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
+      per_layer.push_back(layer_trainable_tensors(*model_, l, adapters));
+    model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
   }
   optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
                                                                 opt_.adam.eps, opt_.weight_decay});

@@ -34,6 +34,7 @@ struct TrainOptions {
   double max_grad_norm = 1.0;    // 0 disables clipping
   AdamWOptions adam;
   bool full = false;             // train every parameter instead of a LoRA adapter
+  bool activation_checkpointing = false;  // recompute each decoder layer in backward
   LoraOptions lora;
   uint64_t seed = 0;
   std::string dtype = "float32"; // parameter / compute dtype
