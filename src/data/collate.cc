@@ -2,66 +2,106 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "core/error.h"
+
+// Legend: B rows in a batch, S = seq_len tokens per row.
 
 namespace glint {
 
 namespace {
 
-struct RowBuilder {
-  std::vector<int64_t> ids, labels, pos, seg;
-  int64_t segments = 0;
+// One sample placed in a row: its first `len` tokens (after truncation) start at
+// column `offset` and form segment `segment` of the row.
+struct Span {
+  const Sample* sample;
+  int64_t len;
+  int64_t offset;
+  int64_t segment;
 };
+using Row = std::vector<Span>;
+
+// The number of tokens of sample `index` that go into a row, checking the sample.
+int64_t placed_length(const Sample& s, size_t index, const CollateOptions& o) {
+  const int64_t n = int64_t(s.input_ids.size());
+  GLINT_CHECK(n > 0, "sample ", index, " is empty");
+  GLINT_CHECK(s.labels.size() == s.input_ids.size(), "sample ", index, ": labels has ",
+              s.labels.size(), " entries but input_ids has ", n);
+  if (n <= o.seq_len) return n;
+  GLINT_CHECK(o.truncate, "sample ", index, " has ", n, " tokens, more than the sequence length ",
+              o.seq_len, " (truncation is off)");
+  return o.seq_len;  // keep the first seq_len tokens
+}
+
+// Assigns samples to rows in order: one per row, or greedily packed.
+std::vector<Row> plan_rows(const std::vector<const Sample*>& samples, const CollateOptions& o) {
+  std::vector<Row> rows;
+  int64_t used = 0;  // tokens already placed in rows.back()
+  for (size_t i = 0; i < samples.size(); ++i) {
+    GLINT_ASSERT(samples[i] != nullptr, "sample ", i, " is null");
+    const int64_t len = placed_length(*samples[i], i, o);
+    if (rows.empty() || !o.pack || used + len > o.seq_len) {
+      rows.emplace_back();
+      used = 0;
+    }
+    rows.back().push_back(Span{samples[i], len, used, int64_t(rows.back().size())});
+    used += len;
+  }
+  return rows;
+}
+
+// Writes rows [first, first + count) into one batch.
+Batch make_batch(const std::vector<Row>& rows, size_t first, int64_t count,
+                 const CollateOptions& o) {
+  const int64_t B = count, S = o.seq_len;
+  Batch b;
+  b.input_ids = at::full({B, S}, o.pad_id, at::kLong);          // [B, S]
+  b.labels = at::full({B, S}, kIgnoreIndex, at::kLong);         // [B, S]
+  b.position_ids = at::zeros({B, S}, at::kLong);                // [B, S]
+  b.segment_ids = at::full({B, S}, int64_t(-1), at::kLong);     // [B, S]
+  int64_t* ids = b.input_ids.data_ptr<int64_t>();
+  int64_t* labels = b.labels.data_ptr<int64_t>();
+  int64_t* pos = b.position_ids.data_ptr<int64_t>();
+  int64_t* seg = b.segment_ids.data_ptr<int64_t>();
+  for (int64_t r = 0; r < B; ++r) {
+    for (const Span& sp : rows[first + r]) {
+      const int64_t base = r * S + sp.offset;
+      for (int64_t i = 0; i < sp.len; ++i) {
+        ids[base + i] = sp.sample->input_ids[i];
+        labels[base + i] = sp.sample->labels[i];
+        pos[base + i] = i;
+        seg[base + i] = sp.segment;
+      }
+      // With packing, the model's shift would train this sample's first label as a
+      // prediction from the previous sample's last token: never train across a
+      // boundary. The row's first sample gets the same treatment; the shift drops
+      // that label anyway, and one rule for every sample is easier to check.
+      if (o.pack) labels[base] = kIgnoreIndex;
+    }
+    // labels[r, 1:] != kIgnoreIndex; padding holds kIgnoreIndex.
+    for (int64_t j = 1; j < S; ++j) b.label_tokens += labels[r * S + j] != kIgnoreIndex;
+  }
+  return b;
+}
 
 }  // namespace
 
+void CollateOptions::validate() const {
+  GLINT_CHECK(seq_len >= 2, "sequence length must be at least 2, got ", seq_len);
+  GLINT_CHECK(pad_id >= 0, "pad id must be a token id (>= 0), got ", pad_id);
+}
+
 std::vector<Batch> collate(const std::vector<const Sample*>& samples, const CollateOptions& o,
                            int64_t max_rows_per_batch) {
-  GLINT_CHECK(o.seq_len >= 2, "sequence length must be at least 2, got ", o.seq_len);
-  GLINT_ASSERT(max_rows_per_batch > 0);
-  const int64_t S = o.seq_len;
-  std::vector<RowBuilder> rows;
-  for (size_t si = 0; si < samples.size(); ++si) {
-    const Sample& s = *samples[si];
-    int64_t n = int64_t(s.input_ids.size());
-    if (n > S) {
-      GLINT_CHECK(o.truncate, "sample ", si, " has ", n, " tokens, more than the sequence length ", S);
-      n = S;
-    }
-    bool fits = !rows.empty() && o.pack && int64_t(rows.back().ids.size()) + n <= S;
-    if (!fits) rows.emplace_back();
-    RowBuilder& r = rows.back();
-    for (int64_t i = 0; i < n; ++i) {
-      r.ids.push_back(s.input_ids[i]);
-      // With packing, a sample's first label would be predicted from the previous
-      // sample's last token: never train across the boundary.
-      r.labels.push_back(o.pack && i == 0 ? kIgnoreIndex : s.labels[i]);
-      r.pos.push_back(i);
-      r.seg.push_back(r.segments);
-    }
-    ++r.segments;
-  }
+  o.validate();
+  GLINT_CHECK(max_rows_per_batch >= 1, "rows per batch must be at least 1, got ",
+              max_rows_per_batch);
+  const std::vector<Row> rows = plan_rows(samples, o);
   std::vector<Batch> out;
-  for (size_t r0 = 0; r0 < rows.size(); r0 += max_rows_per_batch) {
-    int64_t B = std::min<int64_t>(max_rows_per_batch, rows.size() - r0);
-    Batch b;
-    b.input_ids = at::full({B, S}, o.pad_id, at::kLong);
-    b.labels = at::full({B, S}, kIgnoreIndex, at::kLong);
-    b.position_ids = at::zeros({B, S}, at::kLong);
-    b.segment_ids = at::full({B, S}, -1, at::kLong);
-    auto ids = b.input_ids.accessor<int64_t, 2>(), lab = b.labels.accessor<int64_t, 2>(),
-         pos = b.position_ids.accessor<int64_t, 2>(), seg = b.segment_ids.accessor<int64_t, 2>();
-    for (int64_t i = 0; i < B; ++i) {
-      const RowBuilder& r = rows[r0 + i];
-      for (size_t j = 0; j < r.ids.size(); ++j) {
-        ids[i][j] = r.ids[j];
-        lab[i][j] = r.labels[j];
-        pos[i][j] = r.pos[j];
-        seg[i][j] = r.seg[j];
-      }
-      for (size_t j = 1; j < r.labels.size(); ++j) b.label_tokens += r.labels[j] != kIgnoreIndex;
-    }
-    out.push_back(std::move(b));
+  for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(max_rows_per_batch)) {
+    const int64_t count = std::min<int64_t>(max_rows_per_batch, int64_t(rows.size() - r0));
+    out.push_back(make_batch(rows, r0, count, o));
   }
   return out;
 }
@@ -69,9 +109,9 @@ std::vector<Batch> collate(const std::vector<const Sample*>& samples, const Coll
 Batch collate_rows(const std::vector<const Sample*>& samples, const CollateOptions& options) {
   CollateOptions o = options;
   o.pack = false;
-  std::vector<Batch> b = collate(samples, o, std::max<int64_t>(1, samples.size()));
-  GLINT_ASSERT(b.size() == 1);
-  return b[0];
+  o.validate();
+  const std::vector<Row> rows = plan_rows(samples, o);
+  return make_batch(rows, 0, int64_t(rows.size()), o);
 }
 
 }  // namespace glint

@@ -14,14 +14,25 @@ struct CollateOptions {
   bool pack = false;      // false: one sample per row; true: greedily fill each row
                           // with consecutive samples (position ids restart per sample)
   bool truncate = true;   // samples longer than seq_len are cut (else glint::Error)
+
+  // Throws glint::Error naming the bad value: seq_len < 2 (no label could be trained
+  // after the shift) or pad_id < 0.
+  void validate() const;
 };
 
 // One sample per row (pack = false) gives exactly samples.size() rows. With pack =
 // true, samples are placed in order, a new row started when the next does not fit.
+// The rows are split, in order, into batches of at most max_rows_per_batch rows (the
+// last may have fewer); no samples give no batches. The Batch fields are as documented
+// in sample.h.
+// Throws glint::Error for invalid options, max_rows_per_batch < 1, an empty sample, a
+// sample whose labels and input_ids differ in length, or (truncate = false) a sample
+// longer than seq_len; "sample i" in a message is the index into `samples`.
 std::vector<Batch> collate(const std::vector<const Sample*>& samples,
                            const CollateOptions& options, int64_t max_rows_per_batch);
 
-// Convenience: one batch with one row per sample, no packing.
+// Convenience: one batch with one row per sample, no packing (options.pack is ignored).
+// No samples give a batch of [0, S] tensors.
 Batch collate_rows(const std::vector<const Sample*>& samples, const CollateOptions& options);
 
 }  // namespace glint

@@ -14,6 +14,7 @@ constexpr int64_t kIgnoreIndex = -100;  // label value that is not trained on
 
 // One training example. labels are aligned with input_ids as in Hugging Face: the
 // model shifts them (position i predicts token i + 1); kIgnoreIndex is not trained.
+// labels.size() == input_ids.size() > 0.
 struct Sample {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;
@@ -22,8 +23,9 @@ struct Sample {
 // A batch of B rows of S tokens (all int64, on CPU).
 struct Batch {
   at::Tensor input_ids;     // [B, S]; padding holds pad_id
-  at::Tensor labels;        // [B, S]; kIgnoreIndex on padding and on the first token
-                            //         of every packed sample after the first
+  at::Tensor labels;        // [B, S]; kIgnoreIndex on padding and, when packed, on
+                            //         the first token of every sample (the row's
+                            //         first label is dropped by the shift anyway)
   at::Tensor position_ids;  // [B, S]; restart at 0 for each sample; 0 on padding
   at::Tensor segment_ids;   // [B, S]; sample index within its row (0, 1, ...); -1 on
                             //         padding. A token attends only to earlier tokens

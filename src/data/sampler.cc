@@ -9,7 +9,7 @@ namespace glint {
 
 EpochSampler::EpochSampler(size_t dataset_size, uint64_t seed, bool shuffle)
     : size_(dataset_size), seed_(seed), shuffle_(shuffle) {
-  GLINT_CHECK(dataset_size > 0, "the dataset has no samples");
+  GLINT_CHECK(dataset_size > 0, "cannot sample from a dataset with no samples");
   start_epoch();
 }
 
@@ -19,8 +19,11 @@ void EpochSampler::start_epoch() {
   order_.resize(size_);
   std::iota(order_.begin(), order_.end(), size_t(0));
   if (!shuffle_) return;
-  // The order depends only on (seed, epoch); Fisher-Yates with our own index draw so the
-  // result does not depend on the standard library's distribution implementation.
+  // The order depends only on (seed, epoch): the seed is spread by the golden-ratio
+  // constant (odd, so distinct seeds stay distinct) and the epoch added. Fisher-Yates
+  // draws its indices itself rather than through std::uniform_int_distribution, whose
+  // algorithm differs between standard libraries; the modulo bias is below
+  // size / 2^64, negligible for any dataset.
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + uint64_t(epoch_) + 1);
   for (size_t i = size_ - 1; i > 0; --i) {
     size_t j = size_t(rng() % (i + 1));
@@ -32,6 +35,7 @@ std::vector<size_t> EpochSampler::next(size_t count) {
   std::vector<size_t> out;
   out.reserve(count);
   while (out.size() < count) {
+    // The next epoch starts lazily, so epoch() stays put until an index of it is drawn.
     if (pos_ == size_) start_epoch();
     out.push_back(order_[pos_++]);
   }

@@ -10,10 +10,13 @@ namespace glint {
 
 class EpochSampler {
  public:
+  // Throws glint::Error when dataset_size == 0. shuffle = false yields 0, 1, ... n-1
+  // in every epoch.
   EpochSampler(size_t dataset_size, uint64_t seed, bool shuffle = true);
   // The next `count` dataset indices, crossing into the next epoch (reshuffled) when
   // the current one is exhausted.
   std::vector<size_t> next(size_t count);
+  // The epoch of the last index returned (0 before any).
   int64_t epoch() const { return epoch_; }
 
  private:

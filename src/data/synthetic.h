@@ -26,10 +26,13 @@ struct ReverseDigitsTask {
   // Longest sample: BOS + n + SEP + n + EOS.
   int64_t max_sample_len() const { return 2 * max_digits + 3; }
 
-  // `count` samples from a generator seeded with `seed`.
+  // `count` samples from a generator seeded with `seed` (the same seed gives the same
+  // samples); each has a digit count drawn uniformly from [min_digits, max_digits].
+  // Throws glint::Error unless 1 <= min_digits <= max_digits and count >= 0.
   std::vector<Sample> generate(int64_t count, uint64_t seed) const;
 
-  // The prompt (BOS d1..dn SEP) and the expected completion (dn..d1 EOS) of a sample.
+  // The prompt (BOS d1..dn SEP) and the expected completion (dn..d1 EOS) of a sample,
+  // split at the first label that is not kIgnoreIndex; prompt + answer == input_ids.
   static std::vector<int64_t> prompt_of(const Sample& s);
   static std::vector<int64_t> answer_of(const Sample& s);
 };
