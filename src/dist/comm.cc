@@ -1,9 +1,11 @@
 #include "dist/comm.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -39,13 +41,17 @@ class SoloComm : public Comm {
     return t.clone();
   }
   void barrier() override {}
+  std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string&) override {
+    GLINT_ASSERT(ranks.size() == 1 && ranks[0] == 0);
+    return std::make_shared<SoloComm>();
+  }
 };
 
 // Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all and AVG;
 // each is built from what it has (see DESIGN.md §1).
 class GlooComm : public Comm {
  public:
-  GlooComm(const World& w) : rank_(w.rank), size_(w.world_size) {
+  GlooComm(const World& w) : rank_(w.rank), size_(w.world_size), host_(w.master_addr) {
     auto timeout = dist_timeout();
     try {
       c10d::TCPStoreOptions so;
@@ -60,17 +66,23 @@ class GlooComm : public Comm {
            " failed (", w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?",
            "): ", first_line(e.what()));
     }
-    try {
-      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
-          w.master_addr == "localhost" ? "127.0.0.1" : w.master_addr == "127.0.0.1" ? "127.0.0.1" : hostname()));
-      opts->threads = 2;
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, w.rank, w.world_size, opts);
-    } catch (const std::exception& e) {
-      fail("rank ", w.rank, ": cannot form the process group of ", w.world_size, " ranks within ",
-           timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
-           "same WORLD_SIZE? ", first_line(e.what()));
-    }
+    pg_ = make_group(store_, w.rank, w.world_size, host_, w.rank);
+  }
+
+  // A group over a subset: ranks of the new group are indices into `ranks`.
+  GlooComm(c10::intrusive_ptr<c10d::Store> store, int group_rank, int group_size, std::string host,
+           int world_rank)
+      : rank_(group_rank), size_(group_size), host_(std::move(host)), store_(std::move(store)) {
+    pg_ = make_group(store_, group_rank, group_size, host_, world_rank);
+  }
+
+  std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    GLINT_ASSERT(it != ranks.end(), "rank ", rank_, " is not in subgroup ", tag);
+    std::string prefix = "group/" + tag + "/";
+    for (int r : ranks) prefix += std::to_string(r) + ",";
+    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+    return std::make_shared<GlooComm>(store, int(it - ranks.begin()), int(ranks.size()), host_, rank_);
   }
 
   int rank() const override { return rank_; }
@@ -147,6 +159,24 @@ class GlooComm : public Comm {
 
  private:
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  static c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                               int rank, int size, const std::string& addr,
+                                                               int world_rank) {
+    auto timeout = dist_timeout();
+    try {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      bool loopback = addr == "localhost" || addr.rfind("127.", 0) == 0;
+      opts->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForHostname(loopback ? "127.0.0.1" : hostname()));
+      opts->threads = 2;
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+    } catch (const std::exception& e) {
+      fail("rank ", world_rank, ": cannot form a process group of ", size, " ranks within ",
+           timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
+           "same WORLD_SIZE? ", first_line(e.what()));
+    }
+  }
   static std::string hostname() {
     char buf[256] = {0};
     ::gethostname(buf, sizeof buf - 1);
@@ -183,6 +213,7 @@ class GlooComm : public Comm {
   }
 
   int rank_, size_;
+  std::string host_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };

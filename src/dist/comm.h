@@ -45,6 +45,11 @@ class Comm {
   virtual at::Tensor gather(const at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
+  // A communicator over `ranks` (ranks of this group, ascending, including this rank's).
+  // Every rank in `ranks` must call it with the same arguments; ranks outside do not.
+  // `tag` names the group so that groups over the same ranks stay distinct.
+  virtual std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) = 0;
+
   // Bytes this rank has sent, by operation ("all_reduce", "all_gather", ...).
   const std::map<std::string, uint64_t>& bytes_sent() const { return bytes_; }
   uint64_t total_bytes_sent() const;

@@ -45,6 +45,13 @@ TEST(DistComm, CollectivesMatchHandDerivedValues) {
   }
 }
 
+TEST(DistComm, DeviceMeshAxesAreConsecutiveAndStridedGroups) {
+  RunResult r = run(launch(4, std::string(GLINT_DIST_WORKER) + " mesh"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] mesh ok"), std::string::npos) << r.output;
+}
+
 TEST(DistLaunch, FailingRankStopsTheJobAndIsNamed) {
   RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(3, std::string(GLINT_DIST_WORKER) + " die"));
   EXPECT_NE(r.exit_code, 0) << r.output;

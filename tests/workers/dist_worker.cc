@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/mesh.h"
 
 namespace {
 
@@ -83,6 +84,65 @@ int comm_case(glint::Comm& c) {
   return failures ? 1 : 0;
 }
 
+// W = 4 as {"ep_fsdp": 2, "ep": 2}: ep groups are consecutive ranks {0,1}, {2,3};
+// ep_fsdp groups are strided {0,2}, {1,3}.
+int mesh_case(std::shared_ptr<glint::Comm> world) {
+  const int r = world->rank();
+  if (world->size() != 4) return 2;
+  try {
+    glint::DeviceMesh bad(world, {{"a", 3}, {"b", 1}});
+    ++failures;
+    std::cout << "MISMATCH mesh 3x1 over 4 ranks was accepted\n";
+  } catch (const glint::Error& e) {
+    if (std::string(e.what()).find("a=3 x b=1 holds 3 ranks but the world has 4") == std::string::npos) {
+      ++failures;
+      std::cout << "MISMATCH mesh error: " << e.what() << "\n";
+    }
+  }
+  glint::DeviceMesh mesh(world, {{"ep_fsdp", 2}, {"ep", 2}});
+  auto expect_int = [&](const std::string& what, int got, int want) {
+    if (got == want) return;
+    ++failures;
+    std::cout << "MISMATCH " << what << " " << got << " vs " << want << "\n";
+  };
+  expect_int("ep coordinate", mesh.coordinate("ep"), r % 2);
+  expect_int("ep_fsdp coordinate", mesh.coordinate("ep_fsdp"), r / 2);
+  expect_int("ep group rank", mesh.axis("ep").rank(), r % 2);
+  expect_int("ep_fsdp group rank", mesh.axis("ep_fsdp").rank(), r / 2);
+  at::Tensor a = at::full({3}, float(r + 1));
+  mesh.axis("ep").all_reduce_sum(a);
+  expect_equal("ep all_reduce", a, at::full({3}, r < 2 ? 3.0f : 7.0f));
+  at::Tensor b = at::full({3}, float(r + 1));
+  mesh.axis("ep_fsdp").all_reduce_sum(b);
+  expect_equal("ep_fsdp all_reduce", b, at::full({3}, r % 2 == 0 ? 4.0f : 6.0f));
+  // Uneven all-to-all inside the ep group: send r + 1 rows to the peer, 1 to self.
+  glint::Comm& ep = mesh.axis("ep");
+  int me = ep.rank(), peer = 1 - me;
+  std::vector<int64_t> send(2), recv(2);
+  send[me] = 1;
+  send[peer] = r + 1;
+  int peer_world = mesh.axis_ranks("ep")[peer];
+  recv[me] = 1;
+  recv[peer] = peer_world + 1;
+  at::Tensor src = at::full({1 + r + 1, 1}, float(r));
+  if (me == 1) src.narrow(0, 0, r + 1).fill_(float(r));  // order: rows to group rank 0 first
+  at::Tensor got = ep.all_to_all(src, send, recv);
+  at::Tensor want = at::empty({1 + peer_world + 1, 1});
+  if (me == 0) {
+    want.narrow(0, 0, 1).fill_(float(r));
+    want.narrow(0, 1, peer_world + 1).fill_(float(peer_world));
+  } else {
+    want.narrow(0, 0, peer_world + 1).fill_(float(peer_world));
+    want.narrow(0, peer_world + 1, 1).fill_(float(r));
+  }
+  expect_equal("ep all_to_all", got, want);
+  expect_int("ep all_to_all bytes", int(ep.bytes_sent().at("all_to_all")), (r + 1) * 4);
+  expect_int("world saw no all_to_all", int(world->bytes_sent().count("all_to_all")), 0);
+  world->barrier();
+  std::cout << "mesh ok on rank " << r << std::endl;
+  return failures ? 1 : 0;
+}
+
 // Rank 1 exits in the middle of a collective sequence; the others must fail, not hang.
 int die_case(glint::Comm& c) {
   at::Tensor t = at::ones({4});
@@ -99,13 +159,14 @@ int die_case(glint::Comm& c) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: glint_dist_worker comm|die\n";
+    std::cerr << "usage: glint_dist_worker comm|mesh|die\n";
     return 2;
   }
   try {
     auto comm = glint::Comm::create(glint::World::from_env());
     if (std::strcmp(argv[1], "comm") == 0) return comm_case(*comm);
     if (std::strcmp(argv[1], "die") == 0) return die_case(*comm);
+    if (std::strcmp(argv[1], "mesh") == 0) return mesh_case(comm);
     std::cerr << "unknown case " << argv[1] << "\n";
     return 2;
   } catch (const glint::Error& e) {
