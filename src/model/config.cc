@@ -72,6 +72,10 @@ void ModelConfig::validate(const std::string& where) const {
   GLINT_CHECK(rms_norm_eps > 0, where, ": rms_norm_eps must be positive, got ", rms_norm_eps);
   GLINT_CHECK(hidden_act == "silu", where, ": hidden_act '", hidden_act,
               "' is not supported (expected silu)");
+  // Checked before is_moe_layer() below, which divides by decoder_sparse_step.
+  GLINT_CHECK(num_experts >= 0, where, ": num_experts must be >= 0, got ", num_experts);
+  GLINT_CHECK(num_experts == 0 || decoder_sparse_step > 0, where,
+              ": decoder_sparse_step must be positive, got ", decoder_sparse_step);
   bool any_dense = false;
   for (int64_t l = 0; l < num_hidden_layers; ++l) any_dense |= !is_moe_layer(l);
   if (any_dense) positive("intermediate_size", intermediate_size);
@@ -82,7 +86,6 @@ void ModelConfig::validate(const std::string& where) const {
   if (num_experts > 0) {
     positive("moe_intermediate_size", moe_intermediate_size);
     positive("num_experts_per_tok", num_experts_per_tok);
-    positive("decoder_sparse_step", decoder_sparse_step);
     GLINT_CHECK(num_experts_per_tok <= num_experts, where, ": num_experts_per_tok (",
                 num_experts_per_tok, ") exceeds num_experts (", num_experts, ")");
   }
