@@ -34,6 +34,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_flag("--full,!--lora", o->full, "train all parameters instead of a LoRA adapter");
   cmd->add_flag("--activation-checkpointing,!--no-activation-checkpointing", o->activation_checkpointing,
                 "recompute each decoder layer in backward (less memory, ~1/3 more compute)");
+  cmd->add_flag("--fsdp,!--no-fsdp", o->fsdp,
+                "shard decoder layers over the ranks (ZeRO-3); gathered only while a layer runs");
   cmd->add_option("--lora-r", o->lora.r, "LoRA rank")->capture_default_str();
   cmd->add_option("--lora-alpha", o->lora.alpha, "LoRA alpha (scale alpha/r)")->capture_default_str();
   cmd->add_flag("--lora-rslora,!--no-lora-rslora", o->lora.use_rslora, "scale alpha/sqrt(r)");

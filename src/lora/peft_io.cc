@@ -99,7 +99,9 @@ LoraOptions lora_options_from_adapter_config(const std::string& path) {
   GLINT_CHECK(get("peft_type") == "LORA", path, ": peft_type must be \"LORA\", got ",
               get("peft_type").dump());
   LoraOptions o;
-  o.all_targets = false;
+  // As PEFT does, names that match nothing in this model are passed over; the weights
+  // file is then checked key by key against the sites that did match.
+  o.all_targets = true;
   GLINT_CHECK(get("r").is_number_integer(), path, ": field 'r' must be an integer");
   o.r = get("r").get<int64_t>();
   GLINT_CHECK(get("lora_alpha").is_number(), path, ": field 'lora_alpha' must be a number");

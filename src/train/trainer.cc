@@ -20,6 +20,7 @@
 #include "lora/peft_io.h"
 #include "model/weights.h"
 #include "parallel/checkpoint.h"
+#include "parallel/fsdp.h"
 #include "train/metrics.h"
 
 namespace glint {
@@ -100,7 +101,26 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     lora_ = apply_lora(*model_, lora, opt_.seed + 2);
     trainable_ = lora_.parameters();
   }
-  if (opt_.activation_checkpointing) {
+  sharded_.assign(trainable_.size(), false);
+  if (opt_.fsdp) {
+    // Decoder layers are sharded; embeddings, final norm and lm_head stay replicated.
+    std::vector<std::vector<at::Tensor>> adapters(model_->config.num_hidden_layers);
+    if (!opt_.full)
+      for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
+        adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
+    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters));
+    model_->layer_runner = fsdp_;
+    if (opt_.full) {
+      trainable_.clear();
+      for (auto& p : model_->parameters())
+        if (p.requires_grad()) trainable_.push_back(p);  // the replicated root parameters
+      sharded_.assign(trainable_.size(), false);
+      for (const auto& s : fsdp_->shards()) {
+        trainable_.push_back(s);
+        sharded_.push_back(true);
+      }
+    }
+  } else if (opt_.activation_checkpointing) {
     std::vector<std::pair<std::string, at::Tensor>> adapters;
     if (!opt_.full) adapters = lora_.named_parameters();
     std::vector<std::vector<at::Tensor>> per_layer;
@@ -175,7 +195,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   comm_->all_reduce_sum(sums);
   st.loss = sums[0].item<double>() / double(st.label_tokens);
   if (has_aux) st.aux_loss = sums[1].item<double>() / total_micro;
-  st.grad_norm = clip_grad_norm(trainable_, opt_.max_grad_norm);
+  st.grad_norm = clip_gradients();
   ++step_;
   st.lr = schedule_.at(step_);
   optimizer_->step(st.lr);
@@ -188,9 +208,10 @@ void Trainer::all_reduce_grads() {
   if (comm_->size() == 1) return;
   // One flat buffer per dtype: one collective per step instead of one per tensor.
   std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
-  for (auto& p : trainable_) {
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    at::Tensor& p = trainable_[i];
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    by_dtype[p.scalar_type()].push_back(&p);
+    if (!sharded_[i]) by_dtype[p.scalar_type()].push_back(&p);  // shards are reduced already
   }
   for (auto& [dtype, params] : by_dtype) {
     std::vector<at::Tensor> flat;
@@ -204,6 +225,28 @@ void Trainer::all_reduce_grads() {
       off += n;
     }
   }
+}
+
+double Trainer::clip_gradients() {
+  // One rule for every placement: sum of squares over the tensors this rank holds, each
+  // divided by how many ranks hold an identical copy, summed over the world.
+  at::NoGradGuard no_grad;
+  double local = 0;
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    const at::Tensor& g = trainable_[i].grad();
+    if (!g.defined()) continue;
+    double sq = g.to(at::kDouble).pow(2).sum().item<double>();
+    local += sharded_[i] ? sq : sq / comm_->size();
+  }
+  at::Tensor total = at::tensor({local}, at::kDouble);
+  comm_->all_reduce_sum(total);
+  double norm = std::sqrt(total.item<double>());
+  if (opt_.max_grad_norm > 0 && norm > opt_.max_grad_norm) {
+    double coef = opt_.max_grad_norm / (norm + 1e-6);
+    for (auto& p : trainable_)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  return norm;
 }
 
 std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
@@ -257,6 +300,15 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
 }
 
 void Trainer::save() {
+  const bool lead = comm_->rank() == 0;
+  if (opt_.full && fsdp_) {
+    // Collective: every rank gathers the layers; rank 0 writes them.
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) fsdp_->gather(l);
+    if (lead) save_pretrained(*model_, opt_.output + "/model");
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) fsdp_->release(l);
+    return;
+  }
+  if (!lead) return;
   if (opt_.full) {
     save_pretrained(*model_, opt_.output + "/model");
   } else {
@@ -278,7 +330,8 @@ void Trainer::run() {
     if (lead) progress.line(line);
   };
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
-  const bool evaluates = builtin_task_ && lead && opt_.eval_samples > 0;
+  // Sharded layers make every forward collective: then all ranks evaluate.
+  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_);
   char buf[512];
   double first_acc = -1, last_acc = -1;
   if (evaluates) {
@@ -294,6 +347,8 @@ void Trainer::run() {
     last_loss = st.loss;
     window_loss += st.loss;
     ++window;
+    bool eval_now = evaluates && ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
+    if (eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
     if (!lead) continue;
     nlohmann::json rec = {{"step", s},
                           {"loss", st.loss},
@@ -305,8 +360,7 @@ void Trainer::run() {
                           {"peak_rss_mb", peak_rss_mb()}};
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
-    bool eval_now = evaluates && ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
-    if (eval_now) rec["exact_match"] = last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    if (eval_now) rec["exact_match"] = last_acc;
     metrics->write(rec);
     std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
     progress.update(s, buf);
@@ -322,7 +376,10 @@ void Trainer::run() {
       window = 0;
     }
   }
-  if (!lead) return;
+  if (!lead) {
+    save();  // collective when layers are sharded
+    return;
+  }
   progress.finish();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld", first_loss,
                         last_loss, (long long)opt_.steps);

@@ -35,6 +35,8 @@ struct TrainOptions {
   AdamWOptions adam;
   bool full = false;             // train every parameter instead of a LoRA adapter
   bool activation_checkpointing = false;  // recompute each decoder layer in backward
+  bool fsdp = false;             // shard decoder layers over the ranks (ZeRO-3; implies
+                                 // recomputing each layer in backward)
   LoraOptions lora;
   uint64_t seed = 0;
   std::string dtype = "float32"; // parameter / compute dtype
@@ -89,11 +91,14 @@ class Trainer {
  private:
   void save() ;
   void all_reduce_grads();
+  double clip_gradients();
   TrainOptions opt_;
   std::shared_ptr<Comm> comm_;
   CausalLM model_{nullptr};
   LoraModel lora_;
   std::vector<at::Tensor> trainable_;
+  std::vector<bool> sharded_;  // per trainable tensor: a shard (unique per rank), else replicated
+  std::shared_ptr<class FsdpRunner> fsdp_;
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;
   std::vector<Sample> samples_;

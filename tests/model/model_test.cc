@@ -40,43 +40,30 @@ void randomize(torch::nn::Module& m, double scale = 0.5) {
   for (auto& p : m.parameters()) p.copy_(at::randn(p.sizes(), p.options()) * scale + (p.dim() == 1 ? 1.0 : 0.0));
 }
 
+AttentionRefWeights ref_weights(AttentionImpl& a, const ModelConfig& c) {
+  AttentionRefWeights w;
+  w.Wq = a.q_proj->weight, w.Wk = a.k_proj->weight, w.Wv = a.v_proj->weight, w.Wo = a.o_proj->weight;
+  w.bq = a.q_proj->bias, w.bk = a.k_proj->bias, w.bv = a.v_proj->bias, w.bo = a.o_proj->bias;
+  w.q_norm = a.q_norm->weight, w.k_norm = a.k_norm->weight;
+  w.Nh = c.num_attention_heads, w.Nkv = c.num_key_value_heads, w.D = c.head_dim;
+  w.eps = c.rms_norm_eps, w.theta = c.rope_theta;
+  return w;
+}
+
 TEST(Attention, ForwardMatchesNaiveLoopWithSegmentsAndPadding) {
   at::manual_seed(1);
   ModelConfig c = small_config();
   Attention attn(c, kF64);
   randomize(*attn);
-  const int64_t S = 7, H = c.hidden_size, D = c.head_dim, Nh = 4, Nkv = 2;
+  const int64_t S = 7, H = c.hidden_size, D = c.head_dim;
   at::Tensor x = at::randn({1, S, H}, at::kDouble);
   // Two packed samples (lengths 3 and 2) then two padding tokens.
-  at::Tensor pos = at::tensor({0, 1, 2, 0, 1, 0, 0}, at::kLong).view({1, S});
-  at::Tensor seg = at::tensor({0, 0, 0, 1, 1, -1, -1}, at::kLong).view({1, S});
-  at::Tensor got = attn->forward(x, rotary_tables(pos, D, c.rope_theta, at::kDouble), segment_causal_mask(seg));
-  at::Tensor Wq = attn->q_proj->weight, Wk = attn->k_proj->weight, Wv = attn->v_proj->weight;
-  at::Tensor outs = at::zeros({S, Nh * D}, at::kDouble);
-  for (int64_t i = 0; i < S; ++i) {
-    if (seg[0][i].item<int64_t>() < 0) continue;  // padding rows: not compared
-    for (int64_t h = 0; h < Nh; ++h) {
-      int64_t kvh = h / (Nh / Nkv);
-      at::Tensor q = rope_ref(rms_norm_ref(at::mv(Wq.narrow(0, h * D, D), x[0][i]), attn->q_norm->weight, c.rms_norm_eps),
-                              pos[0][i].item<int64_t>(), c.rope_theta);
-      std::vector<double> scores;
-      std::vector<int64_t> keys;
-      for (int64_t j = 0; j <= i; ++j) {
-        if (seg[0][j].item<int64_t>() != seg[0][i].item<int64_t>()) continue;
-        at::Tensor k = rope_ref(rms_norm_ref(at::mv(Wk.narrow(0, kvh * D, D), x[0][j]), attn->k_norm->weight, c.rms_norm_eps),
-                                pos[0][j].item<int64_t>(), c.rope_theta);
-        scores.push_back((q * k).sum().item<double>() / std::sqrt(double(D)));
-        keys.push_back(j);
-      }
-      double mx = *std::max_element(scores.begin(), scores.end()), z = 0;
-      for (double& s : scores) z += s = std::exp(s - mx);
-      at::Tensor o = at::zeros({D}, at::kDouble);
-      for (size_t n = 0; n < keys.size(); ++n) o += scores[n] / z * at::mv(Wv.narrow(0, kvh * D, D), x[0][keys[n]]);
-      outs[i].narrow(0, h * D, D).copy_(o);
-    }
-  }
-  at::Tensor want = at::matmul(outs, attn->o_proj->weight.t());
-  for (int64_t i = 0; i < 5; ++i)
+  std::vector<int64_t> pos = {0, 1, 2, 0, 1, 0, 0}, seg = {0, 0, 0, 1, 1, -1, -1};
+  auto row = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
+  at::Tensor got = attn->forward(x, rotary_tables(row(pos), D, c.rope_theta, at::kDouble),
+                                 segment_causal_mask(row(seg)));
+  at::Tensor want = attention_ref(ref_weights(*attn, c), x[0], pos, seg);
+  for (int64_t i = 0; i < S; ++i)
     EXPECT_TRUE(at::allclose(got[0][i], want[i], 1e-10, 1e-12)) << "token " << i << got[0][i] << want[i];
 }
 
@@ -101,21 +88,30 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
 class MoeTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(MoeTest, ForwardMatchesNaivePerTokenLoop) {
-  at::manual_seed(3);
-  ModelConfig c = small_config();
-  c.norm_topk_prob = GetParam();
-  c.num_experts = 8;
-  MoeBlock moe(c, kF64);
-  randomize(*moe);
-  const int64_t T = 11;
-  at::Tensor x = at::randn({T, c.hidden_size}, at::kDouble);
-  at::Tensor got = moe->forward(x);
-  for (int64_t t = 0; t < T; ++t) {
-    at::Tensor want = at::zeros({c.hidden_size}, at::kDouble);
-    for (auto [e, w] : route_ref(moe->gate->weight, x[t], 2, c.norm_topk_prob))
-      want += w * expert_ref(moe->experts->gate_up_proj[e], moe->experts->down_proj[e], x[t]);
-    EXPECT_TRUE(at::allclose(got[t], want, 1e-10, 1e-12)) << "token " << t;
-  }
+  for (int64_t E : {4, 8})
+    for (auto dtype : {at::kDouble, at::kFloat}) {
+      SCOPED_TRACE(::testing::Message() << "E=" << E << " dtype=" << dtype);
+      at::manual_seed(3);
+      ModelConfig c = small_config();
+      c.norm_topk_prob = GetParam();
+      c.num_experts = E;
+      MoeBlock moe(c, TensorPlacement{dtype, c10::Device(c10::kCPU)});
+      randomize(*moe);
+      const int64_t T = 11;
+      at::Tensor x = at::randn({T, c.hidden_size}, dtype);
+      ASSERT_GT(topk_margin_ref(moe->gate->weight, x, 2), 1e-4);  // same choice in f32 and f64
+      at::Tensor got = moe->forward(x).to(at::kDouble);
+      at::Tensor Wr = moe->gate->weight.detach().to(at::kDouble), xd = x.to(at::kDouble);
+      at::Tensor Wgu = moe->experts->gate_up_proj.detach().to(at::kDouble);
+      at::Tensor Wd = moe->experts->down_proj.detach().to(at::kDouble);
+      double rtol = dtype == at::kDouble ? 1e-10 : 1e-5, atol = dtype == at::kDouble ? 1e-12 : 1e-5;
+      for (int64_t t = 0; t < T; ++t) {
+        at::Tensor want = at::zeros({c.hidden_size}, at::kDouble);
+        for (auto [e, w] : route_ref(Wr, xd[t], 2, c.norm_topk_prob))
+          want += w * expert_ref(Wgu[e], Wd[e], xd[t]);
+        EXPECT_TRUE(at::allclose(got[t], want, rtol, atol)) << "token " << t << got[t] << want;
+      }
+    }
 }
 
 TEST_P(MoeTest, GradientsMatchFiniteDifferences) {
@@ -126,6 +122,8 @@ TEST_P(MoeTest, GradientsMatchFiniteDifferences) {
   randomize(*moe);
   at::Tensor x = at::randn({6, c.hidden_size}, at::kDouble).set_requires_grad(true);
   at::Tensor probe = at::randn({6, c.hidden_size}, at::kDouble);
+  // FD steps of 1e-6 cannot flip a top-k choice separated by more than this.
+  ASSERT_GT(topk_margin_ref(moe->gate->weight, x, 2), 1e-3);
   auto f = [&] { return (moe->forward(x) * probe).sum(); };
   EXPECT_LT(fd_check(f, x), 1e-6);
   EXPECT_LT(fd_check(f, moe->gate->weight), 1e-6);
@@ -133,7 +131,8 @@ TEST_P(MoeTest, GradientsMatchFiniteDifferences) {
   EXPECT_LT(fd_check(f, moe->experts->down_proj, 24), 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(NormTopk, MoeTest, ::testing::Bool());
+// The prefix starts with "Moe" so that --gtest_filter=Moe* selects these.
+INSTANTIATE_TEST_SUITE_P(MoeNormTopk, MoeTest, ::testing::Bool());
 
 TEST(Moe, ExpertsWithoutTokensAndLoadBalancingLoss) {
   at::manual_seed(5);
@@ -203,6 +202,7 @@ TEST(Lora, ExpertLoraMatchesMergedWeightsAndFiniteDifferences) {
   ASSERT_EQ(lora.sites[0].parameter, "gate_up_proj");
   const int64_t T = 7;
   at::Tensor x = at::randn({T, c.hidden_size}, at::kDouble);
+  ASSERT_GT(topk_margin_ref(moe->gate->weight, x, 2), 1e-3);  // FD-stable routing
   at::Tensor got = moe->forward(x);
   for (int64_t t = 0; t < T; ++t) {
     at::Tensor want = at::zeros({c.hidden_size}, at::kDouble);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 namespace glint::testing {
@@ -56,12 +57,74 @@ inline std::vector<std::pair<int64_t, double>> route_ref(const at::Tensor& route
   return out;
 }
 
+// Smallest gap, over the rows of x [T,H], between the k-th and (k+1)-th router
+// probability: top-k is stable under perturbations much smaller than this.
+inline double topk_margin_ref(const at::Tensor& router_w /*[E,H]*/, const at::Tensor& x, int64_t k) {
+  at::Tensor p = at::softmax(at::matmul(x.detach().to(at::kDouble), router_w.detach().to(at::kDouble).t()), -1);
+  at::Tensor sorted = std::get<0>(at::sort(p, -1, /*descending=*/true));
+  if (k >= p.size(1)) return 1.0;
+  return (sorted.select(1, k - 1) - sorted.select(1, k)).min().item<double>();
+}
+
 // One expert's SwiGLU: gate rows [0, I) and up rows [I, 2I) of gate_up [2I,H]; down [H,I].
 inline at::Tensor expert_ref(const at::Tensor& gate_up, const at::Tensor& down, const at::Tensor& x) {
   int64_t I = down.size(1);
   at::Tensor g = at::mv(gate_up.narrow(0, 0, I), x), u = at::mv(gate_up.narrow(0, I, I), x);
   at::Tensor h = at::empty({I}, x.options());
   for (int64_t i = 0; i < I; ++i) h[i] = silu(g[i].item<double>()) * u[i].item<double>();
+  return at::mv(down, h);
+}
+
+// Weights of one attention block for attention_ref, in the Hugging Face layouts.
+struct AttentionRefWeights {
+  at::Tensor Wq, Wk, Wv, Wo;  // [Nh*D, H], [Nkv*D, H], [Nkv*D, H], [H, Nh*D]
+  at::Tensor bq, bk, bv, bo;  // biases, or undefined
+  at::Tensor q_norm, k_norm;  // [D]
+  int64_t Nh = 0, Nkv = 0, D = 0;
+  double eps = 1e-6, theta = 10000.0;
+};
+
+// Naive attention of one row in float64: x [S, H], per-token positions and segment ids
+// -> [S, H]. Query i attends keys j <= i of its own segment; a padding token (segment < 0)
+// attends only itself. Query head h reads kv head h / (Nh / Nkv).
+inline at::Tensor attention_ref(const AttentionRefWeights& w, const at::Tensor& x_in,
+                                const std::vector<int64_t>& pos, const std::vector<int64_t>& seg) {
+  auto d = [](const at::Tensor& t) { return t.defined() ? t.detach().to(at::kDouble) : t; };
+  at::Tensor x = d(x_in);
+  const int64_t S = x.size(0), D = w.D;
+  auto proj = [&](const at::Tensor& W, const at::Tensor& b, int64_t head, const at::Tensor& v) {
+    at::Tensor y = at::mv(d(W).narrow(0, head * D, D), v);
+    return b.defined() ? y + d(b).narrow(0, head * D, D) : y;
+  };
+  at::Tensor heads = at::zeros({S, w.Nh * D}, at::kDouble);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t h = 0; h < w.Nh; ++h) {
+      int64_t kvh = h / (w.Nh / w.Nkv);
+      at::Tensor q = rope_ref(rms_norm_ref(proj(w.Wq, w.bq, h, x[i]), d(w.q_norm), w.eps), pos[i], w.theta);
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j <= i; ++j)
+        if (seg[i] < 0 ? j == i : seg[j] == seg[i]) keys.push_back(j);
+      std::vector<double> p;
+      for (int64_t j : keys) {
+        at::Tensor k = rope_ref(rms_norm_ref(proj(w.Wk, w.bk, kvh, x[j]), d(w.k_norm), w.eps), pos[j], w.theta);
+        p.push_back((q * k).sum().item<double>() / std::sqrt(double(D)));
+      }
+      double mx = *std::max_element(p.begin(), p.end()), z = 0;
+      for (double& s : p) z += s = std::exp(s - mx);
+      at::Tensor o = at::zeros({D}, at::kDouble);
+      for (size_t n = 0; n < keys.size(); ++n) o += p[n] / z * proj(w.Wv, w.bv, kvh, x[keys[n]]);
+      heads[i].narrow(0, h * D, D).copy_(o);
+    }
+  at::Tensor out = at::matmul(heads, d(w.Wo).t());
+  return w.bo.defined() ? out + d(w.bo) : out;
+}
+
+// Dense SwiGLU MLP of one token: down (silu(gate x) * up x).
+inline at::Tensor dense_mlp_ref(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                                const at::Tensor& x) {
+  at::Tensor g = at::mv(gate, x), u = at::mv(up, x);
+  at::Tensor h = at::empty_like(g);
+  for (int64_t i = 0; i < g.size(0); ++i) h[i] = silu(g[i].item<double>()) * u[i].item<double>();
   return at::mv(down, h);
 }
 

@@ -4,7 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -47,6 +51,27 @@ void expect_error_naming(const std::function<void()>& f, const std::string& word
   }
 }
 
+// Rewrites the per-expert checkpoint `hub` into `dir` in the packed transformers v5 form:
+// gate_up_proj [E, 2I, H] (gate rows, then up rows) and down_proj [E, H, I], by stacking.
+void write_packed_copy(const CheckpointReader& hub, const ModelConfig& c, const std::string& dir,
+                       uint64_t max_shard_bytes = 5ull << 30) {
+  std::vector<std::pair<std::string, at::Tensor>> packed;
+  for (const auto& key : hub.keys())
+    if (key.find(".mlp.experts.") == std::string::npos) packed.emplace_back(key, hub.read(key));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::vector<at::Tensor> gu, dn;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      std::string p = "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
+      gu.push_back(at::cat({hub.read(p + "gate_proj.weight"), hub.read(p + "up_proj.weight")}, 0));
+      dn.push_back(hub.read(p + "down_proj.weight"));
+    }
+    std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    packed.emplace_back(p + "gate_up_proj", at::stack(gu));  // [E, 2I, H]
+    packed.emplace_back(p + "down_proj", at::stack(dn));     // [E, H, I]
+  }
+  write_checkpoint(dir, packed, max_shard_bytes);
+}
+
 TEST(Weights, HubAndPackedFormsLoadToIdenticalTensors) {
   ModelConfig c = config();
   CausalLM src(c, kF32);
@@ -58,22 +83,8 @@ TEST(Weights, HubAndPackedFormsLoadToIdenticalTensors) {
   EXPECT_TRUE(hr.contains("model.layers.0.mlp.experts.3.up_proj.weight"));
   EXPECT_FALSE(hr.contains("model.layers.0.mlp.experts.gate_up_proj"));
   // Packed form built here by stacking the per-expert tensors read back from disk.
-  std::vector<std::pair<std::string, at::Tensor>> packed;
-  for (const auto& key : hr.keys())
-    if (key.find(".mlp.experts.") == std::string::npos) packed.emplace_back(key, hr.read(key));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::vector<at::Tensor> gu, dn;
-    for (int64_t e = 0; e < c.num_experts; ++e) {
-      std::string p = "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".";
-      gu.push_back(at::cat({hr.read(p + "gate_proj.weight"), hr.read(p + "up_proj.weight")}, 0));
-      dn.push_back(hr.read(p + "down_proj.weight"));
-    }
-    std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
-    packed.emplace_back(p + "gate_up_proj", at::stack(gu));  // [E, 2I, H]
-    packed.emplace_back(p + "down_proj", at::stack(dn));     // [E, H, I]
-  }
   std::string pk = temp_dir("packed");
-  write_checkpoint(pk, packed, /*max_shard_bytes=*/4000);  // sharded, with an index
+  write_packed_copy(hr, c, pk, /*max_shard_bytes=*/4000);  // sharded, with an index
   EXPECT_TRUE(fs::exists(pk + "/model.safetensors.index.json"));
   CausalLM a(c, kF32), b(c, kF32);
   load_weights(*a, hr);
@@ -156,6 +167,215 @@ TEST(Weights, SparseStepAndMlpOnlyLayersChooseDenseLayers) {
   CausalLM m(c, kF32);
   EXPECT_TRUE(m->layer(0)->dense_mlp);
   EXPECT_TRUE(m->layer(1)->moe);
+}
+
+TEST(Weights, HubKeysAreExactlyTheTransformersNames) {
+  ModelConfig c = config();  // H=16, Nh=2, Nkv=1, D=8, E=4, I=6, V=23, 2 MoE layers
+  CausalLM m(c, kF32);
+  init_weights(*m, 4);
+  std::map<std::string, std::vector<int64_t>> want = {
+      {"model.embed_tokens.weight", {23, 16}}, {"model.norm.weight", {16}}, {"lm_head.weight", {23, 16}}};
+  for (int l = 0; l < 2; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    want[p + "input_layernorm.weight"] = {16};
+    want[p + "post_attention_layernorm.weight"] = {16};
+    want[p + "self_attn.q_proj.weight"] = {16, 16};
+    want[p + "self_attn.k_proj.weight"] = {8, 16};
+    want[p + "self_attn.v_proj.weight"] = {8, 16};
+    want[p + "self_attn.o_proj.weight"] = {16, 16};
+    want[p + "self_attn.q_norm.weight"] = {8};
+    want[p + "self_attn.k_norm.weight"] = {8};
+    want[p + "mlp.gate.weight"] = {4, 16};
+    for (int e = 0; e < 4; ++e) {
+      std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+      want[q + "gate_proj.weight"] = {6, 16};
+      want[q + "up_proj.weight"] = {6, 16};
+      want[q + "down_proj.weight"] = {16, 6};
+    }
+  }
+  std::map<std::string, std::vector<int64_t>> got;
+  for (const auto& [k, t] : hub_state_dict(*m)) {
+    EXPECT_TRUE(got.emplace(k, t.sizes().vec()).second) << "duplicate " << k;
+    // Values: expert e's gate rows [0, I), up rows [I, 2I) of the packed tensor.
+    if (k == "model.layers.1.mlp.experts.3.up_proj.weight")
+      EXPECT_TRUE(at::equal(t, m->layer(1)->moe->experts->gate_up_proj[3].narrow(0, 6, 6)));
+    if (k == "model.layers.1.mlp.experts.3.gate_proj.weight")
+      EXPECT_TRUE(at::equal(t, m->layer(1)->moe->experts->gate_up_proj[3].narrow(0, 0, 6)));
+    if (k == "model.layers.0.mlp.experts.1.down_proj.weight")
+      EXPECT_TRUE(at::equal(t, m->layer(0)->moe->experts->down_proj[1]));
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(expert_key(3, 12, "up_proj"), "model.layers.3.mlp.experts.12.up_proj.weight");
+}
+
+TEST(Weights, PartialExpertRangeLoadsOnlyItsSliceFromBothForms) {
+  ModelConfig c = config();
+  CausalLM src(c, kF32);
+  init_weights(*src, 5);
+  std::string hub = temp_dir("partial_hub"), pk = temp_dir("partial_packed");
+  save_pretrained(*src, hub);
+  write_packed_copy(CheckpointReader(hub), c, pk);
+  // Experts [first, first + 2) of 4, as an expert-parallel rank holds them.
+  auto partial_model = [&](int64_t first) {
+    CausalLM m(c, kF32);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      MoeBlock moe = m->layer(l)->moe;
+      moe->experts = moe->replace_module(
+          "experts", Experts(2, c.hidden_size, c.moe_intermediate_size, kF32, first));
+    }
+    return m;
+  };
+  for (const std::string& dir : {hub, pk}) {
+    SCOPED_TRACE(dir);
+    CausalLM m = partial_model(1);
+    load_weights(*m, CheckpointReader(dir));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      ExpertsImpl& got = *m->layer(l)->moe->experts;
+      ExpertsImpl& all = *src->layer(l)->moe->experts;
+      EXPECT_TRUE(at::equal(got.gate_up_proj, all.gate_up_proj.narrow(0, 1, 2))) << l;
+      EXPECT_TRUE(at::equal(got.down_proj, all.down_proj.narrow(0, 1, 2))) << l;
+    }
+    EXPECT_TRUE(at::equal(m->lm_head->weight, src->lm_head->weight));
+    // A range past the checkpoint's experts names the key that lacks them.
+    CausalLM beyond = partial_model(3);
+    expect_error_naming([&] { load_weights(*beyond, CheckpointReader(dir)); },
+                        dir == hub ? "model.layers.0.mlp.experts.4.gate_proj.weight"
+                                   : "model.layers.0.mlp.experts.gate_up_proj");
+  }
+}
+
+TEST(Weights, PackedFormErrorsNameTheKey) {
+  ModelConfig c = config();
+  CausalLM src(c, kF32);
+  init_weights(*src, 6);
+  std::string hub = temp_dir("perr_hub");
+  save_pretrained(*src, hub);
+  CheckpointReader hr(hub);
+  std::string pk = temp_dir("perr_packed");
+  write_packed_copy(hr, c, pk);
+  CheckpointReader pr(pk);
+  auto load = [&](std::vector<std::pair<std::string, at::Tensor>> tensors) {
+    std::string d = temp_dir("perr_bad");
+    write_checkpoint(d, tensors);
+    CausalLM m(c, kF32);
+    load_weights(*m, CheckpointReader(d));
+  };
+  auto all = [&] {
+    std::vector<std::pair<std::string, at::Tensor>> v;
+    for (const auto& k : pr.keys()) v.emplace_back(k, pr.read(k));
+    return v;
+  };
+  const std::string gu = "model.layers.1.mlp.experts.gate_up_proj", dn = "model.layers.1.mlp.experts.down_proj";
+  auto v = all();
+  for (auto& [k, t] : v)
+    if (k == gu) t = at::zeros({4, 13, 16});  // 2I + 1 rows
+  expect_error_naming([&] { load(v); }, gu);
+  v = all();
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& kv) { return kv.first == dn; }), v.end());
+  expect_error_naming([&] { load(v); }, dn);
+  v = all();  // both forms at once: the per-expert keys are not used
+  v.emplace_back("model.layers.1.mlp.experts.0.up_proj.weight", hr.read("model.layers.1.mlp.experts.0.up_proj.weight"));
+  expect_error_naming([&] { load(v); }, "model.layers.1.mlp.experts.0.up_proj.weight");
+  EXPECT_NO_THROW(load(all()));
+}
+
+nlohmann::json dense_json() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 29,
+    "hidden_size": 12, "intermediate_size": 20, "num_hidden_layers": 2,
+    "num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 4,
+    "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16"})");
+}
+
+TEST(ModelConfig, DenseQwen3FromJsonBuildsAndRuns) {
+  ModelConfig c = ModelConfig::from_json(dense_json(), "dense/config.json");
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.num_experts, 0);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  CausalLM m(c, kF32);
+  init_weights(*m, 1);
+  at::Tensor ids = at::tensor({1, 5, 28, 0}, at::kLong).view({1, 4});
+  at::NoGradGuard ng;
+  ForwardOutput out = m->forward(ids, at::arange(4, at::kLong).view({1, 4}), at::zeros({1, 4}, at::kLong));
+  EXPECT_EQ(m->logits(out.hidden).sizes(), (std::vector<int64_t>{1, 4, 29}));
+  EXPECT_TRUE(out.router_logits.empty());
+  EXPECT_TRUE(at::isfinite(out.hidden).all().item<bool>());
+  for (const auto& [k, t] : hub_state_dict(*m)) {
+    EXPECT_EQ(k.find("experts"), std::string::npos) << k;
+    EXPECT_NE(k, "lm_head.weight");
+  }
+  // head_dim defaults to hidden_size / num_attention_heads.
+  nlohmann::json j = dense_json();
+  j.erase("head_dim");
+  EXPECT_EQ(ModelConfig::from_json(j, "x").head_dim, 4);
+}
+
+TEST(ModelConfig, MoreFieldErrorsNameTheField) {
+  nlohmann::json moe = config().to_json();
+  auto bad = [](nlohmann::json j, const std::function<void(nlohmann::json&)>& edit, const std::string& word) {
+    edit(j);
+    expect_error_naming([&] { ModelConfig::from_json(j, "cfg/config.json"); }, word);
+  };
+  bad(moe, [](auto& j) { j.erase("num_experts"); }, "num_experts");
+  bad(moe, [](auto& j) { j.erase("moe_intermediate_size"); }, "moe_intermediate_size");
+  bad(moe, [](auto& j) { j["norm_topk_prob"] = "yes"; }, "norm_topk_prob");
+  bad(moe, [](auto& j) { j["hidden_size"] = 16.5; }, "hidden_size");
+  bad(moe, [](auto& j) { j["vocab_size"] = 0; }, "vocab_size");
+  bad(moe, [](auto& j) { j["head_dim"] = 7; }, "head_dim");
+  bad(moe, [](auto& j) { j["num_experts_per_tok"] = 0; }, "num_experts_per_tok");
+  bad(moe, [](auto& j) { j["mlp_only_layers"] = {1}; j.erase("intermediate_size"); }, "intermediate_size");
+  bad(moe, [](auto& j) { j.erase("model_type"); }, "model_type");
+  bad(dense_json(), [](auto& j) { j["num_key_value_heads"] = 2; }, "num_key_value_heads");  // 3 % 2
+  bad(dense_json(), [](auto& j) { j.erase("intermediate_size"); }, "intermediate_size");
+  bad(dense_json(), [](auto& j) { j["rms_norm_eps"] = "small"; }, "rms_norm_eps");
+  expect_error_naming([] { ModelConfig::from_json(nlohmann::json::array(), "arr/config.json"); }, "arr/config.json");
+  std::string d = temp_dir("badjson");
+  std::ofstream(d + "/config.json") << "{\"model_type\": \"qwen3\",";
+  expect_error_naming([&] { ModelConfig::from_file(d + "/config.json"); }, d + "/config.json");
+}
+
+// A negative expert count is not "dense": transformers would fail on it, glint must say so.
+TEST(ModelConfig, NegativeNumExpertsIsAnError) {
+  nlohmann::json j = config().to_json();
+  j["num_experts"] = -4;
+  expect_error_naming([&] { ModelConfig::from_json(j, "cfg/config.json"); }, "num_experts");
+}
+
+TEST(ModelConfig, ToJsonFromJsonRoundTrip) {
+  ModelConfig c = config();
+  c.mlp_only_layers = {1};
+  c.norm_topk_prob = false;
+  c.output_router_logits = true;
+  c.router_aux_loss_coef = 0.02;
+  c.rope_theta = 12345.0;
+  c.tie_word_embeddings = true;
+  ModelConfig r = ModelConfig::from_json(c.to_json(), "roundtrip");
+  EXPECT_EQ(r.to_json(), c.to_json());
+  EXPECT_EQ(r.mlp_only_layers, (std::vector<int64_t>{1}));
+  EXPECT_FALSE(r.norm_topk_prob);
+  EXPECT_TRUE(r.output_router_logits);
+}
+
+// decoder_sparse_step 0 must be a glint::Error naming the field, not a division by zero.
+// Runs in a child process so that a crash fails this test instead of the whole binary.
+TEST(ModelConfigDeathTest, ZeroDecoderSparseStepIsAnErrorNotACrash) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  nlohmann::json j = config().to_json();
+  j["decoder_sparse_step"] = 0;
+  EXPECT_EXIT(
+      {
+        int code = 3;
+        try {
+          ModelConfig::from_json(j, "cfg/config.json");
+          code = 1;  // accepted
+        } catch (const Error& e) {
+          code = std::string(e.what()).find("decoder_sparse_step") != std::string::npos ? 0 : 2;
+        }
+        std::_Exit(code);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
