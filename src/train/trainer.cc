@@ -227,6 +227,20 @@ void Trainer::all_reduce_grads() {
   }
 }
 
+int64_t Trainer::local_weight_bytes() const {
+  auto bytes = [](const at::Tensor& t) { return int64_t(t.numel()) * int64_t(t.element_size()); };
+  int64_t n = 0;
+  for (const auto& p : model_->parameters()) n += bytes(p);  // sharded layers hold 0 elements
+  if (fsdp_)
+    for (const auto& s : fsdp_->shards()) n += bytes(s);
+  if (!opt_.full)
+    for (const auto& site : const_cast<LoraModel&>(lora_).sites)
+      n += bytes(const_cast<LoraSite&>(site).A()) + bytes(const_cast<LoraSite&>(site).B());
+  for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
+    n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
+  return n;
+}
+
 double Trainer::clip_gradients() {
   // One rule for every placement: sum of squares over the tensors this rank holds, each
   // divided by how many ranks hold an identical copy, summed over the world.
@@ -357,7 +371,8 @@ void Trainer::run() {
                           {"tokens", st.tokens},
                           {"label_tokens", st.label_tokens},
                           {"tokens_per_s", st.tokens / st.seconds},
-                          {"peak_rss_mb", peak_rss_mb()}};
+                          {"peak_rss_mb", peak_rss_mb()},
+                          {"weights_mb", double(local_weight_bytes()) / (1 << 20)}};
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
     if (eval_now) rec["exact_match"] = last_acc;

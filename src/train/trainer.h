@@ -84,6 +84,9 @@ class Trainer {
   LoraModel& lora() { return lora_; }
   const TrainOptions& options() const { return opt_; }
   std::vector<at::Tensor> trainable_parameters() const { return trainable_; }
+  // Bytes of model weights this rank holds between steps: unsharded parameters, this
+  // rank's FSDP shards, adapters, and optimizer moments.
+  int64_t local_weight_bytes() const;
   // This rank's micro-batches of the next optimizer step.
   std::vector<Batch> next_micro_batches();
   Comm& comm() { return *comm_; }

@@ -84,6 +84,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   ASSERT_EQ(base.size(), 3u);
   std::string weights = full ? "/model/model.safetensors" : "/adapter/adapter_model.safetensors";
   glint::SafetensorsFile base_w(outputs[1] + weights);
+  double prev_mb = base[0]["weights_mb"].get<double>();
   for (int w : {2, 4}) {
     auto m = read_metrics(outputs[w] + "/metrics.jsonl");
     ASSERT_EQ(m.size(), 3u);
@@ -93,6 +94,16 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
         EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), 1e-5)
             << k << " W=" << w << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
     }
+    // FSDP: each rank holds a smaller share of the weights (and optimizer state) the more
+    // ranks there are; replicated placements hold the same amount everywhere.
+    double mb = m[0]["weights_mb"].get<double>(), base_mb = base[0]["weights_mb"].get<double>();
+    if (GetParam().flags.find("--fsdp") != std::string::npos) {
+      EXPECT_LT(mb, prev_mb) << "W=" << w;
+      if (full) EXPECT_LT(mb, base_mb * (w == 2 ? 0.7 : 0.5)) << "W=" << w;  // weights + moments
+    } else {
+      EXPECT_DOUBLE_EQ(mb, base_mb);
+    }
+    prev_mb = mb;
     // Clipping was active (so the norm itself is under test).
     EXPECT_GT(base[0]["grad_norm"].get<double>(), 0.5);
     glint::SafetensorsFile got(outputs[w] + weights);
