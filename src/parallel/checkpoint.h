@@ -1,24 +1,24 @@
-// Activation checkpointing per decoder layer: a layer's forward runs without recording
-// a graph; its backward re-runs the forward with the graph on and backpropagates through
-// it. Only layer inputs are kept between forward and backward, so long sequences fit.
+// Activation checkpointing per decoder layer: each layer is recomputed in backward, so
+// only layer inputs are kept between forward and backward and long sequences fit.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
-#include "model/causal_lm.h"
+#include "parallel/recompute.h"
 
 namespace glint {
 
-class CheckpointRunner : public LayerRunner {
+class CheckpointRunner : public RecomputeRunner {
  public:
   // trainable[l]: every tensor requiring grad that layer l uses (its own parameters,
   // the adapters attached to it). Their gradients accumulate as without checkpointing.
-  explicit CheckpointRunner(std::vector<std::vector<at::Tensor>> trainable);
-  at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                 const RotaryTables& rope, const at::Tensor& mask,
-                 std::vector<at::Tensor>* router_logits) override;
+  explicit CheckpointRunner(std::vector<std::vector<at::Tensor>> trainable)
+      : trainable_(std::move(trainable)) {}
+  std::vector<at::Tensor> grad_inputs(int64_t index) override { return trainable_.at(index); }
 
  private:
   std::vector<std::vector<at::Tensor>> trainable_;

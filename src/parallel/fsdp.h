@@ -12,13 +12,13 @@
 #include <memory>
 #include <vector>
 
-#include "model/causal_lm.h"
+#include "parallel/recompute.h"
 
 namespace glint {
 
 class Comm;
 
-class FsdpRunner : public LayerRunner {
+class FsdpRunner : public RecomputeRunner {
  public:
   // Shards every decoder layer of `model` over `comm` (the model must hold the full
   // weights, identical on every rank). trainable_base: the shards require grad.
@@ -26,9 +26,12 @@ class FsdpRunner : public LayerRunner {
   FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
              std::vector<std::vector<at::Tensor>> adapters);
 
-  at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                 const RotaryTables& rope, const at::Tensor& mask,
-                 std::vector<at::Tensor>* router_logits) override;
+  void before_compute(int64_t index) override { gather(index); }
+  void after_compute(int64_t index) override { release(index); }
+  std::vector<at::Tensor> grad_inputs(int64_t index) override;
+  bool has_shard(int64_t) const override { return trainable_base_; }
+  std::vector<at::Tensor>* shard_params(int64_t index) override;
+  at::Tensor reduce_shard_grad(int64_t index) override { return reduce_scatter_grads(index); }
 
   // This rank's shard of each layer: [N_l / W]. Requires grad when the base trains.
   const std::vector<at::Tensor>& shards() const { return shards_; }
@@ -40,10 +43,8 @@ class FsdpRunner : public LayerRunner {
   // Reduce-scatters the gradients of layer l's (gathered) parameters: [N_l / W].
   at::Tensor reduce_scatter_grads(int64_t layer);
 
-  struct Unit;
-  Unit& unit(int64_t layer) { return *units_[layer]; }
-
  private:
+  struct Unit;
   std::shared_ptr<Comm> comm_;
   bool trainable_base_;
   std::vector<std::shared_ptr<Unit>> units_;

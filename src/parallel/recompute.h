@@ -1,0 +1,35 @@
+// A decoder layer run without keeping its autograd graph: forward runs under no-grad,
+// backward re-runs the forward with the graph on and backpropagates through it. Only the
+// layer's input is kept in between. Subclasses choose what happens around each run:
+// activation checkpointing does nothing more; FSDP gathers the layer's sharded weights
+// before and frees them after, and reduces their gradients into the shard.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "model/causal_lm.h"
+
+namespace glint {
+
+class RecomputeRunner : public LayerRunner {
+ public:
+  at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
+                 const RotaryTables& rope, const at::Tensor& mask,
+                 std::vector<at::Tensor>* router_logits) final;
+
+  // Called around every forward of layer `index` (also the recompute in backward).
+  virtual void before_compute(int64_t index) {}
+  virtual void after_compute(int64_t index) {}
+  // Tensors requiring grad, besides the layer input, whose gradients backward returns.
+  // When has_shard(index), element 0 is a shard whose gradient is reduce_shard_grad().
+  virtual std::vector<at::Tensor> grad_inputs(int64_t index) = 0;
+  virtual bool has_shard(int64_t index) const { return false; }
+  // With has_shard: the layer's (gathered) parameters, whose gradients feed the shard's.
+  virtual std::vector<at::Tensor>* shard_params(int64_t index) { return nullptr; }
+  // With has_shard: turns the gradients held in *shard_params(index) into the shard's.
+  virtual at::Tensor reduce_shard_grad(int64_t index) { return at::Tensor(); }
+};
+
+}  // namespace glint
