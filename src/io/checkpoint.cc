@@ -121,6 +121,11 @@ at::Tensor CheckpointReader::read_rows(const std::string& key, int64_t start,
   return file_for(key).read_rows(key, start, count);
 }
 
+at::Tensor CheckpointReader::read_flat(const std::string& key, int64_t start,
+                                       int64_t count) const {
+  return file_for(key).read_flat(key, start, count);
+}
+
 void write_checkpoint(const std::string& dir,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       uint64_t max_shard_bytes) {

@@ -27,6 +27,7 @@ class CheckpointReader {
   const TensorInfo& info(const std::string& key) const;  // throws naming dir and key
   at::Tensor read(const std::string& key) const;
   at::Tensor read_rows(const std::string& key, int64_t start, int64_t count) const;
+  at::Tensor read_flat(const std::string& key, int64_t start, int64_t count) const;
 
  private:
   const SafetensorsFile& file_for(const std::string& key) const;

@@ -224,6 +224,18 @@ at::Tensor SafetensorsFile::read_rows(const std::string& key, int64_t start, int
   return t;
 }
 
+at::Tensor SafetensorsFile::read_flat(const std::string& key, int64_t start, int64_t count) const {
+  const TensorInfo& ti = info(key);
+  const int64_t n = ti.numel();
+  GLINT_CHECK(start >= 0 && count >= 0 && start <= n && count <= n - start, path_, ": tensor '", key,
+              "': elements [", start, ", ", start + count, ") are out of range for shape ",
+              shape_str(ti.shape));
+  at::Tensor t = at::empty({count}, at::TensorOptions().dtype(ti.dtype));
+  const uint64_t es = c10::elementSize(ti.dtype);
+  pread_all(fd_, t.data_ptr(), es * uint64_t(count), ti.begin + es * uint64_t(start), path_);
+  return t;
+}
+
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {

@@ -51,6 +51,9 @@ class SafetensorsFile {
   // Rows [start, start + count) along dim 0, on CPU, in its stored dtype.
   // REQUIRES: the tensor has at least one dimension. Out-of-range rows throw.
   at::Tensor read_rows(const std::string& key, int64_t start, int64_t count) const;
+  // Elements [start, start + count) of the row-major flattened tensor: [count], on CPU,
+  // in its stored dtype. Out-of-range elements throw.
+  at::Tensor read_flat(const std::string& key, int64_t start, int64_t count) const;
 
  private:
   std::string path_;

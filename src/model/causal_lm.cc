@@ -37,8 +37,7 @@ namespace {
 class EmbeddingHolder : public torch::nn::Module {
  public:
   EmbeddingHolder(int64_t vocab, int64_t hidden, const TensorPlacement& p) {
-    weight = register_parameter(
-        "weight", at::zeros({vocab, hidden}, at::TensorOptions().dtype(p.dtype).device(p.device)));
+    weight = register_parameter("weight", new_weight({vocab, hidden}, p));
   }
   at::Tensor weight;
 };

@@ -9,9 +9,14 @@
 
 namespace glint {
 
+at::Tensor new_weight(at::IntArrayRef shape, const TensorPlacement& place) {
+  auto opts = at::TensorOptions().dtype(place.dtype).device(place.device);
+  return place.lazy ? at::empty(shape, opts) : at::zeros(shape, opts);
+}
+
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const TensorPlacement& p) {
   auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
-  weight = register_parameter("weight", at::zeros({out, in}, opts));
+  weight = register_parameter("weight", new_weight({out, in}, p));
   if (has_bias) bias = register_parameter("bias", at::zeros({out}, opts));
 }
 

@@ -18,7 +18,13 @@ namespace glint {
 struct TensorPlacement {
   c10::ScalarType dtype = c10::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
+  // Allocate large weights without writing them: their pages stay unmapped until a loader
+  // fills them, so a model whose layers are loaded sharded never holds them whole.
+  bool lazy = false;
 };
+
+// A parameter tensor of `shape`: zeros, or left unwritten when place.lazy.
+at::Tensor new_weight(at::IntArrayRef shape, const TensorPlacement& place);
 
 class LinearImpl : public torch::nn::Module {
  public:

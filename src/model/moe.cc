@@ -31,9 +31,8 @@ at::Tensor LocalTokenDispatcher::combine(const at::Tensor& expert_out, const Dis
 ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
                          const TensorPlacement& p, int64_t first)
     : first_expert(first) {
-  auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
-  gate_up_proj = register_parameter("gate_up_proj", at::zeros({num_local, 2 * intermediate, hidden}, opts));
-  down_proj = register_parameter("down_proj", at::zeros({num_local, hidden, intermediate}, opts));
+  gate_up_proj = register_parameter("gate_up_proj", new_weight({num_local, 2 * intermediate, hidden}, p));
+  down_proj = register_parameter("down_proj", new_weight({num_local, hidden, intermediate}, p));
 }
 
 at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts) {

@@ -82,16 +82,17 @@ std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
          "." + proj + ".weight";
 }
 
-void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt) {
+void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers) {
   std::set<std::string> used;
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
+    if (!layers && name.rfind("model.layers.", 0) == 0) continue;
     if (name.find(".mlp.experts.") != std::string::npos) continue;  // below
     check_shape(ckpt, name, item.value().sizes());
     copy_into(item.value(), ckpt.read(name));
     used.insert(name);
   }
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < model.config.num_hidden_layers && layers; ++l) {
     DecoderLayer layer = model.layer(l);
     if (layer->moe) load_experts(*layer->moe->experts, l, ckpt, &used);
   }
@@ -105,9 +106,42 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt) {
     // A tied model may still carry lm_head.weight; it must equal the embedding's role.
     if (key == "lm_head.weight" && model.config.tie_word_embeddings) continue;
     if (partial_experts && key.find(".mlp.experts.") != std::string::npos) continue;
+    if (!layers && key.rfind("model.layers.", 0) == 0) continue;  // checked by the shard loader
     fail(ckpt.dir(), ": unexpected key '", key, "' (not a parameter of ",
          model.config.model_type, " with this config.json)");
   }
+}
+
+at::Tensor read_parameter_range(const CheckpointReader& ckpt, const std::string& name,
+                                at::IntArrayRef shape, int64_t start, int64_t count,
+                                c10::ScalarType dtype) {
+  const std::string gu_suffix = ".mlp.experts.gate_up_proj", dn_suffix = ".mlp.experts.down_proj";
+  auto ends_with = [&](const std::string& suf) {
+    return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  bool per_expert = (ends_with(gu_suffix) || ends_with(dn_suffix)) && !ckpt.contains(name);
+  if (!per_expert) {
+    check_shape(ckpt, name, shape);
+    return ckpt.read_flat(name, start, count).to(dtype);
+  }
+  // Per-expert Hub keys: gate_up [E,2I,H] is, per expert, gate [I,H] then up [I,H];
+  // down [E,H,I] is, per expert, down [H,I]. Read the runs the range covers.
+  int64_t layer = std::stoll(name.substr(13, name.find('.', 13) - 13));
+  bool gate_up = ends_with(gu_suffix);
+  int64_t block = gate_up ? shape[1] / 2 * shape[2] : shape[1] * shape[2];  // one key's elements
+  std::vector<at::Tensor> parts;
+  for (int64_t f = start; f < start + count;) {
+    int64_t b = f / block, off = f % block, n = std::min(block - off, start + count - f);
+    int64_t e = gate_up ? b / 2 : b;
+    std::string key = gate_up ? expert_key(layer, e, b % 2 == 0 ? "gate_proj" : "up_proj")
+                              : expert_key(layer, e, "down_proj");
+    std::vector<int64_t> key_shape = gate_up ? std::vector<int64_t>{shape[1] / 2, shape[2]}
+                                             : std::vector<int64_t>{shape[1], shape[2]};
+    check_shape(ckpt, key, key_shape);
+    parts.push_back(ckpt.read_flat(key, off, n).to(dtype));
+    f += n;
+  }
+  return parts.empty() ? at::empty({0}, at::TensorOptions().dtype(dtype)) : at::cat(parts);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model) {

@@ -20,7 +20,15 @@ class CheckpointReader;
 // the model's local range [first_expert, first_expert + E_local), reading just those
 // bytes. Throws glint::Error naming the key for a missing key, a shape mismatch
 // (expected and actual shapes), or a checkpoint key the model does not use.
-void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt);
+// With layers = false, decoder layers are skipped (FSDP loads its shards of them itself).
+void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers = true);
+
+// Elements [start, start + count) of the flattened model parameter `name` (internal name,
+// packed expert layout holding all experts, expected `shape`), read from whichever form
+// the checkpoint has, converted to `dtype`: only those bytes are read.
+at::Tensor read_parameter_range(const CheckpointReader& ckpt, const std::string& name,
+                                at::IntArrayRef shape, int64_t start, int64_t count,
+                                c10::ScalarType dtype);
 
 // The model's tensors under Hub names, experts split per expert (what transformers'
 // save_pretrained writes). REQUIRES: the model holds all experts.

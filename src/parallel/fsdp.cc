@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
+#include "io/checkpoint.h"
+#include "model/weights.h"
 
 namespace glint {
 
@@ -20,25 +22,45 @@ at::Tensor empty_like_storage(const at::Tensor& p) { return at::empty({0}, p.opt
 }  // namespace
 
 FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
-                       std::vector<std::vector<at::Tensor>> adapters)
+                       std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt)
     : comm_(std::move(comm)), trainable_base_(trainable_base), adapters_(std::move(adapters)) {
   const int W = comm_->size(), r = comm_->rank();
   at::NoGradGuard no_grad;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
     auto u = std::make_shared<Unit>();
-    std::vector<at::Tensor> flat;
-    for (auto& p : model.layer(l)->parameters()) {
+    std::vector<std::string> names;
+    for (auto& item : model.layer(l)->named_parameters()) {
+      at::Tensor& p = item.value();
       u->params.push_back(p);
       u->shapes.push_back(p.sizes().vec());
-      flat.push_back(p.detach().reshape({-1}));
+      names.push_back("model.layers." + std::to_string(l) + "." + item.key());
       u->numel += p.numel();
       p.requires_grad_(false);
     }
     u->padded = (u->numel + W - 1) / W * W;
-    at::Tensor full = at::cat(flat);
-    if (u->padded > u->numel) full = at::cat({full, at::zeros({u->padded - u->numel}, full.options())});
-    int64_t n = u->padded / W;
-    shards_.push_back(full.narrow(0, r * n, n).clone().requires_grad_(trainable_base_));
+    const int64_t n = u->padded / W, lo = r * n, hi = lo + n;
+    const auto options = u->params.front().options();
+    at::Tensor shard;
+    if (ckpt) {
+      // Only the bytes of [lo, hi) of the layer's flat buffer are read.
+      shard = at::zeros({n}, options);
+      int64_t off = 0;
+      for (size_t i = 0; i < u->params.size(); ++i) {
+        int64_t numel = u->params[i].numel(), a = std::max(lo, off), b = std::min(hi, off + numel);
+        if (a < b)
+          shard.narrow(0, a - lo, b - a)
+              .copy_(read_parameter_range(*ckpt, names[i], u->shapes[i], a - off, b - a,
+                                          options.dtype().toScalarType()));
+        off += numel;
+      }
+    } else {
+      std::vector<at::Tensor> flat;
+      for (auto& p : u->params) flat.push_back(p.detach().reshape({-1}));
+      at::Tensor full = at::cat(flat);
+      if (u->padded > u->numel) full = at::cat({full, at::zeros({u->padded - u->numel}, options)});
+      shard = full.narrow(0, lo, n).clone();
+    }
+    shards_.push_back(shard.requires_grad_(trainable_base_));
     for (auto& p : u->params) p.set_(empty_like_storage(p));  // the full copy is gone
     units_.push_back(u);
   }

@@ -16,15 +16,18 @@
 
 namespace glint {
 
+class CheckpointReader;
 class Comm;
 
 class FsdpRunner : public RecomputeRunner {
  public:
-  // Shards every decoder layer of `model` over `comm` (the model must hold the full
-  // weights, identical on every rank). trainable_base: the shards require grad.
-  // adapters[l]: replicated tensors requiring grad that layer l uses (LoRA A/B).
+  // Shards every decoder layer of `model` over `comm`. Without `ckpt` the model must
+  // hold the full weights, identical on every rank; with it, each rank reads only its
+  // shard's bytes from the checkpoint (the model's layer weights may be lazy, unwritten).
+  // trainable_base: the shards require grad. adapters[l]: replicated tensors requiring
+  // grad that layer l uses (LoRA A/B).
   FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
-             std::vector<std::vector<at::Tensor>> adapters);
+             std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt = nullptr);
 
   void before_compute(int64_t index) override { gather(index); }
   void after_compute(int64_t index) override { release(index); }

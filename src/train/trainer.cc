@@ -18,6 +18,7 @@
 #include "data/tokenized_jsonl.h"
 #include "dist/comm.h"
 #include "lora/peft_io.h"
+#include "io/checkpoint.h"
 #include "model/weights.h"
 #include "parallel/checkpoint.h"
 #include "parallel/fsdp.h"
@@ -63,12 +64,20 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   at::set_num_threads(opt_.threads > 0 ? int(opt_.threads)
                                        : int(std::max(1u, std::thread::hardware_concurrency())));
   TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
+  std::unique_ptr<CheckpointReader> checkpoint;
   builtin_task_ = opt_.data.empty();
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config
                                         : tiny_moe_config(ReverseDigitsTask::kVocabSize),
                       place);
     init_weights(*model_, opt_.seed);
+  } else if (opt_.fsdp) {
+    // Layers are read shard by shard below; only the replicated root is loaded whole.
+    TensorPlacement lazy = place;
+    lazy.lazy = true;
+    checkpoint = std::make_unique<CheckpointReader>(opt_.model_dir);
+    model_ = CausalLM(ModelConfig::from_file(opt_.model_dir + "/config.json"), lazy);
+    load_weights(*model_, *checkpoint, /*layers=*/false);
   } else {
     model_ = from_pretrained(opt_.model_dir, place);
   }
@@ -108,7 +117,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     if (!opt_.full)
       for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
         adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
-    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters));
+    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get());
     model_->layer_runner = fsdp_;
     if (opt_.full) {
       trainable_.clear();

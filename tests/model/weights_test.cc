@@ -96,6 +96,28 @@ TEST(Weights, HubAndPackedFormsLoadToIdenticalTensors) {
   EXPECT_TRUE(at::equal(a->layer(1)->moe->experts->gate_up_proj[2].narrow(0, 0, 6), g));
 }
 
+// FSDP reads arbitrary flat element ranges of parameters; from either checkpoint form
+// they must equal the same range of the fully loaded parameter.
+TEST(Weights, ParameterRangesMatchTheLoadedTensorsInBothForms) {
+  ModelConfig c = config();
+  CausalLM src(c, kF32);
+  init_weights(*src, 12);
+  std::string hub = temp_dir("range_hub"), packed = temp_dir("range_packed");
+  save_pretrained(*src, hub);
+  write_packed_copy(CheckpointReader(hub), c, packed, 1 << 30);
+  for (const std::string& dir : {hub, packed}) {
+    CheckpointReader ckpt(dir);
+    for (auto& item : src->named_parameters()) {
+      at::Tensor flat = item.value().detach().reshape({-1});
+      int64_t n = flat.numel();
+      for (auto [a, len] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {n / 3, n / 2}, {n - 1, 1}, {7 % n, 0}}) {
+        at::Tensor got = read_parameter_range(ckpt, item.key(), item.value().sizes(), a, len, at::kFloat);
+        EXPECT_TRUE(at::equal(got, flat.narrow(0, a, len))) << dir << " " << item.key() << " [" << a << ", +" << len << ")";
+      }
+    }
+  }
+}
+
 TEST(Weights, Bf16CheckpointLoadsIntoFloat32) {
   ModelConfig c = config();
   CausalLM src(c, TensorPlacement{at::kBFloat16, c10::Device(c10::kCPU)});
