@@ -15,6 +15,8 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "dist/comm.h"
+#include "io/checkpoint.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -148,6 +150,55 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
   return 0;
 }
 
+// Peak RSS of every rank after loading and after one training step, gathered to rank 0,
+// which prints the JSON object.
+int run_bench_load(TrainOptions opt) {
+  auto comm = Comm::create(World::from_env());
+  double before = peak_rss_mb();
+  uint64_t model_bytes = 0;
+  {
+    CheckpointReader ckpt(opt.model_dir);
+    for (const auto& k : ckpt.keys()) {
+      const TensorInfo& ti = ckpt.info(k);
+      model_bytes += ti.end - ti.begin;
+    }
+  }
+  opt.data.clear();
+  opt.eval_samples = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Trainer trainer(opt, comm);
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double after_load = peak_rss_mb();
+  trainer.step(trainer.next_micro_batches());
+  double after_step = peak_rss_mb();
+  at::Tensor mine = at::tensor({before, after_load, after_step, load_s,
+                                double(trainer.local_weight_bytes()) / (1 << 20)}, at::kDouble)
+                        .view({1, 5});
+  at::Tensor all = comm->gather(mine, 0);
+  if (comm->rank() != 0) return 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  double max_load = 0, max_step = 0;
+  for (int r = 0; r < comm->size(); ++r) {
+    auto row = all[r];
+    ranks.push_back({{"rank", r}, {"rss_before_load_mb", row[0].item<double>()},
+                     {"peak_rss_load_mb", row[1].item<double>()}, {"peak_rss_step_mb", row[2].item<double>()},
+                     {"load_s", row[3].item<double>()}, {"weights_mb", row[4].item<double>()}});
+    max_load = std::max(max_load, row[1].item<double>());
+    max_step = std::max(max_step, row[2].item<double>());
+  }
+  nlohmann::json out = {{"bench", "load"},
+                        {"ranks", comm->size()},
+                        {"fsdp", opt.fsdp},
+                        {"mode", opt.full ? "full" : "lora"},
+                        {"model_mb", double(model_bytes) / (1 << 20)},
+                        {"model_mb_per_rank", double(model_bytes) / (1 << 20) / comm->size()},
+                        {"max_peak_rss_load_mb", max_load},
+                        {"max_peak_rss_step_mb", max_step},
+                        {"per_rank", ranks}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 Action add_bench(CLI::App& app) {
@@ -163,8 +214,21 @@ Action add_bench(CLI::App& app) {
   CLI::App* train = cmd->add_subcommand("train", "training step speed on the bench model (~0.25B MoE)");
   add_train_flags(train, opt.get(), targets.get());
   train->add_option("--warmup", *warmup, "untimed steps first")->capture_default_str();
-  return [train, opt, targets, warmup]() {
+  auto load_opt = std::make_shared<TrainOptions>();
+  load_opt->fsdp = true;
+  load_opt->batch_size = 4;
+  load_opt->seq_len = 16;
+  CLI::App* load = cmd->add_subcommand(
+      "load", "peak memory per rank while loading a checkpoint and in one training step");
+  load->add_option("--model", load_opt->model_dir, "Hugging Face model directory")->required();
+  load->add_flag("--fsdp,!--no-fsdp", load_opt->fsdp, "shard the layers (default) or replicate them")
+      ->capture_default_str();
+  load->add_flag("--full", load_opt->full, "full fine-tuning instead of LoRA");
+  load->add_option("--batch-size", load_opt->batch_size)->capture_default_str();
+  load->add_option("--threads", load_opt->threads)->capture_default_str();
+  return [train, opt, targets, warmup, load, load_opt]() {
     if (train->parsed()) return run_bench_train(*opt, *warmup, *targets);
+    if (load->parsed()) return run_bench_load(*load_opt);
     return 2;
   };
 }
