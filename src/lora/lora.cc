@@ -128,8 +128,24 @@ void LoraModel::detach_from(CausalLMImpl& model) {
   sites.clear();
 }
 
+bool has_adapters(CausalLMImpl& model) {
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    for (Linear lin : {layer->self_attn->q_proj, layer->self_attn->k_proj, layer->self_attn->v_proj,
+                       layer->self_attn->o_proj})
+      if (lin->adapter) return true;
+    if (layer->dense_mlp)
+      for (Linear lin : {layer->dense_mlp->gate_proj, layer->dense_mlp->up_proj, layer->dense_mlp->down_proj})
+        if (lin->adapter) return true;
+    if (layer->moe && (layer->moe->experts->gate_up_adapter || layer->moe->experts->down_adapter))
+      return true;
+  }
+  return false;
+}
+
 LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed) {
   options.validate("LoRA options");
+  GLINT_CHECK(!has_adapters(model), "LoRA: the model already has adapters attached; detach them first");
   at::NoGradGuard no_grad;
   for (auto& p : model.parameters()) p.set_requires_grad(false);
   at::Generator gen = at::detail::createCPUGenerator(seed);

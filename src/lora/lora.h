@@ -84,6 +84,9 @@ class LoraModel {
   void detach_from(CausalLMImpl& model);  // removes every adapter from the model
 };
 
+// True when any projection of `model` has an adapter attached.
+bool has_adapters(CausalLMImpl& model);
+
 // Attaches fresh adapters (A kaiming-uniform a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in));
 // B zeros) to every target in `model`; freezes the base parameters. Deterministic in
 // seed. A target that matches nothing throws glint::Error naming it.

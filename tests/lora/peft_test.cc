@@ -178,3 +178,21 @@ TEST(Peft, BadAdaptersAreErrors) {
 
 }  // namespace
 }  // namespace glint
+
+namespace glint {
+namespace {
+
+TEST(Peft, LoadingOntoAModelWithAdaptersIsAnError) {
+  CausalLM m(config(), kF32);
+  LoraModel first = apply_lora(*m, LoraOptions{}, 1);
+  std::string d = temp_dir("twice");
+  save_adapter(d, first, "base");
+  EXPECT_TRUE(has_adapters(*m));
+  EXPECT_THROW(load_adapter(d, *m), Error);
+  first.detach_from(*m);
+  EXPECT_FALSE(has_adapters(*m));
+  EXPECT_NO_THROW(load_adapter(d, *m));
+}
+
+}  // namespace
+}  // namespace glint
