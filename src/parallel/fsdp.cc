@@ -26,14 +26,22 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
     : comm_(std::move(comm)), trainable_base_(trainable_base), adapters_(std::move(adapters)) {
   const int W = comm_->size(), r = comm_->rank();
   at::NoGradGuard no_grad;
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+  // Units: one per decoder layer, then the root (embeddings, final norm, lm_head).
+  const int64_t L = model.config.num_hidden_layers;
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> groups(L + 1);
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    int64_t unit = L;
+    if (name.rfind("model.layers.", 0) == 0) unit = std::stoll(name.substr(13, name.find('.', 13) - 13));
+    groups[unit].emplace_back(name, item.value());
+  }
+  for (int64_t l = 0; l <= L; ++l) {
     auto u = std::make_shared<Unit>();
     std::vector<std::string> names;
-    for (auto& item : model.layer(l)->named_parameters()) {
-      at::Tensor& p = item.value();
+    for (auto& [name, p] : groups[l]) {
       u->params.push_back(p);
       u->shapes.push_back(p.sizes().vec());
-      names.push_back("model.layers." + std::to_string(l) + "." + item.key());
+      names.push_back(name);
       u->numel += p.numel();
       p.requires_grad_(false);
     }
@@ -42,7 +50,7 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
     const auto options = u->params.front().options();
     at::Tensor shard;
     if (ckpt) {
-      // Only the bytes of [lo, hi) of the layer's flat buffer are read.
+      // Only the bytes of [lo, hi) of the unit's flat buffer are read.
       shard = at::zeros({n}, options);
       int64_t off = 0;
       for (size_t i = 0; i < u->params.size(); ++i) {
@@ -92,10 +100,32 @@ void FsdpRunner::release(int64_t l) {
 at::Tensor FsdpRunner::reduce_scatter_grads(int64_t l) {
   Unit& u = *units_[l];
   std::vector<at::Tensor> g;
-  for (auto& p : u.params) g.push_back(p.grad().reshape({-1}));
+  for (auto& p : u.params)
+    g.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
   at::Tensor flat = at::cat(g);
   if (u.padded > u.numel) flat = at::cat({flat, at::zeros({u.padded - u.numel}, flat.options())});
   return comm_->reduce_scatter_sum(flat);
+}
+
+void FsdpRunner::begin_root() {
+  gather(root_unit());
+  if (trainable_base_)
+    for (auto& p : units_[root_unit()]->params) p.requires_grad_(true);
+}
+
+void FsdpRunner::end_root() {
+  int64_t root = root_unit();
+  if (trainable_base_) {
+    at::Tensor g = reduce_scatter_grads(root);
+    at::Tensor& shard = shards_[root];
+    if (shard.grad().defined()) shard.mutable_grad().add_(g);
+    else shard.mutable_grad() = g;
+    for (auto& p : units_[root]->params) {
+      p.mutable_grad() = at::Tensor();
+      p.requires_grad_(false);
+    }
+  }
+  release(root);
 }
 
 std::vector<at::Tensor> FsdpRunner::grad_inputs(int64_t index) {

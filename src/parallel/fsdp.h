@@ -1,8 +1,9 @@
-// FSDP (ZeRO-3) for decoder layers: each layer's parameters are one flat buffer split
-// evenly over the ranks; the full buffer is all-gathered just before the layer runs and
-// freed right after, in forward and again in backward (where the layer is recomputed).
-// With trainable base weights (full fine-tuning), the layer's gradient is reduce-scattered
-// into the shard, the only copy the optimizer updates.
+// FSDP (ZeRO-3): each decoder layer's parameters are one flat buffer split evenly over
+// the ranks; the full buffer is all-gathered just before the layer runs and freed right
+// after, in forward and again in backward (where the layer is recomputed). The root unit
+// (embeddings, final norm, lm_head) is sharded the same way and gathered for the length
+// of a step (begin_root / end_root). With trainable base weights (full fine-tuning), each
+// unit's gradient is reduce-scattered into its shard, the only copy the optimizer updates.
 //
 // Legend: W ranks, N_l elements in layer l (padded to a multiple of W).
 #pragma once
@@ -36,7 +37,15 @@ class FsdpRunner : public RecomputeRunner {
   std::vector<at::Tensor>* shard_params(int64_t index) override;
   at::Tensor reduce_shard_grad(int64_t index) override { return reduce_scatter_grads(index); }
 
-  // This rank's shard of each layer: [N_l / W]. Requires grad when the base trains.
+  // Around every use of the model (a training step, an evaluation, an export): gathers
+  // the root unit; end_root reduce-scatters its gradients (full training) and frees it.
+  void begin_root();
+  void end_root();
+  int64_t root_unit() const { return int64_t(units_.size()) - 1; }
+  int64_t num_units() const { return int64_t(units_.size()); }
+
+  // This rank's shard of each unit (layers, then the root): [N_u / W]. Requires grad
+  // when the base trains.
   const std::vector<at::Tensor>& shards() const { return shards_; }
 
   // Collective: puts layer l's full weights back into its parameters (gather), or frees

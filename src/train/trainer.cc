@@ -112,22 +112,15 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   }
   sharded_.assign(trainable_.size(), false);
   if (opt_.fsdp) {
-    // Decoder layers are sharded; embeddings, final norm and lm_head stay replicated.
     std::vector<std::vector<at::Tensor>> adapters(model_->config.num_hidden_layers);
     if (!opt_.full)
       for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
         adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
     fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get());
     model_->layer_runner = fsdp_;
-    if (opt_.full) {
-      trainable_.clear();
-      for (auto& p : model_->parameters())
-        if (p.requires_grad()) trainable_.push_back(p);  // the replicated root parameters
-      sharded_.assign(trainable_.size(), false);
-      for (const auto& s : fsdp_->shards()) {
-        trainable_.push_back(s);
-        sharded_.push_back(true);
-      }
+    if (opt_.full) {  // nothing replicated: every trainable tensor is a shard
+      trainable_ = fsdp_->shards();
+      sharded_.assign(trainable_.size(), true);
     }
   } else if (opt_.activation_checkpointing) {
     std::vector<std::pair<std::string, at::Tensor>> adapters;
@@ -182,6 +175,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   auto seconds_since = [](clock::time_point t) {
     return std::chrono::duration<double>(clock::now() - t).count();
   };
+  if (fsdp_) fsdp_->begin_root();
   for (const auto& b : micro_batches) {
     auto tf = clock::now();
     LossParts parts = causal_lm_loss(*model_, b.input_ids, b.labels, b.position_ids, b.segment_ids);
@@ -198,6 +192,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     objective.backward();
     st.backward_seconds += seconds_since(tb);
   }
+  if (fsdp_) fsdp_->end_root();
   auto to = clock::now();
   all_reduce_grads();
   at::Tensor sums = at::tensor({ce_total, aux_total}, at::kDouble);
@@ -314,8 +309,10 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   std::vector<Sample> held_out = task.generate(count, seed);
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& s : held_out) prompts.push_back(ReverseDigitsTask::prompt_of(s));
+  if (fsdp_) fsdp_->gather(fsdp_->root_unit());
   auto generated = greedy_generate(*model_, prompts, task.max_digits + 1, ReverseDigitsTask::kEos,
                                    ReverseDigitsTask::kPad);
+  if (fsdp_) fsdp_->release(fsdp_->root_unit());
   int64_t correct = 0;
   for (size_t i = 0; i < held_out.size(); ++i)
     correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
@@ -326,9 +323,9 @@ void Trainer::save() {
   const bool lead = comm_->rank() == 0;
   if (opt_.full && fsdp_) {
     // Collective: every rank gathers the layers; rank 0 writes them.
-    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) fsdp_->gather(l);
+    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
     if (lead) save_pretrained(*model_, opt_.output + "/model");
-    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) fsdp_->release(l);
+    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
     return;
   }
   if (!lead) return;

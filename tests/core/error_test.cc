@@ -5,6 +5,8 @@
 #include "core/error.h"
 #include "core/fs.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
@@ -30,7 +32,7 @@ TEST(Dtype, ParseNamesAndRejectsUnknown) {
 }
 
 TEST(Fs, AtomicWriteLeavesNoTempOnFailure) {
-  std::string dir = ::testing::TempDir() + "/glint_fs_test";
+  std::string dir = glint::testing::fresh_temp_dir("fs_test");
   make_dirs(dir);
   std::string path = dir + "/out.txt";
   write_text_atomic(path, "first");

@@ -10,6 +10,8 @@
 
 #include "dist/launcher.h"
 
+#include "test_util.h"
+
 namespace {
 
 struct RunResult {
@@ -106,7 +108,7 @@ namespace {
 // job and names the rank; without a launcher the surviving rank fails on its own.
 TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
   std::string train = std::string(GLINT_BINARY) + " train --steps 100000 --eval-samples 0 --output " +
-                      ::testing::TempDir() + "/glint_kill_run";
+                      glint::testing::fresh_temp_dir("kill_run");
   std::string script = "if [ $RANK = 1 ]; then " + train + " & pid=$!; sleep 3; kill -9 $pid; wait $pid; exit $?; "
                        "else exec " + train + "; fi";
   RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(2, "bash -c '" + script + "'"));

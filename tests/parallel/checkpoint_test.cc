@@ -7,12 +7,14 @@
 #include "model/config.h"
 #include "train/trainer.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
 TrainOptions options(bool full, bool checkpointing) {
   TrainOptions o;
-  o.output = ::testing::TempDir() + "/glint_ckpt";
+  o.output = glint::testing::fresh_temp_dir("ckpt");
   o.steps = 2;
   o.batch_size = 4;
   o.micro_batch_size = 2;

@@ -8,12 +8,14 @@
 #include "model/config.h"
 #include "train/trainer.h"
 
+#include "test_util.h"
+
 namespace glint {
 namespace {
 
 TrainOptions small_options(const std::string& name) {
   TrainOptions o;
-  o.output = ::testing::TempDir() + "/glint_trainer_" + name;
+  o.output = glint::testing::fresh_temp_dir("trainer_" + name);
   o.steps = 3;
   o.batch_size = 8;
   o.lr = 1e-2;
