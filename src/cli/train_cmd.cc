@@ -49,6 +49,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--log-every", o->log_every, "readable line every N steps")->capture_default_str();
   cmd->add_option("--eval-every", o->eval_every, "built-in task: eval every N steps")->capture_default_str();
   cmd->add_option("--eval-samples", o->eval_samples, "built-in task: held-out samples")->capture_default_str();
+  cmd->add_option("--dump-gradients", o->dump_gradients,
+                  "write every step's reduced gradients to DIR/step_<k>.safetensors (for checks)");
 }
 
 Action add_train(CLI::App& app) {

@@ -12,6 +12,7 @@ namespace glint {
 struct FsdpRunner::Unit {
   std::vector<at::Tensor> params;  // the layer's parameter tensors (storage swapped in/out)
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::string> names;  // the parameters' model names
   int64_t numel = 0;    // unpadded
   int64_t padded = 0;   // multiple of W
   bool gathered = false;
@@ -42,6 +43,7 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
       u->params.push_back(p);
       u->shapes.push_back(p.sizes().vec());
       names.push_back(name);
+      u->names.push_back(name);
       u->numel += p.numel();
       p.requires_grad_(false);
     }
@@ -105,6 +107,23 @@ at::Tensor FsdpRunner::reduce_scatter_grads(int64_t l) {
   at::Tensor flat = at::cat(g);
   if (u.padded > u.numel) flat = at::cat({flat, at::zeros({u.padded - u.numel}, flat.options())});
   return comm_->reduce_scatter_sum(flat);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> FsdpRunner::gather_named(
+    const std::vector<at::Tensor>& per_unit) {
+  GLINT_ASSERT(per_unit.size() == units_.size());
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const Unit& u = *units_[k];
+    at::Tensor full = comm_->all_gather(per_unit[k].detach().contiguous());  // [N_u padded]
+    int64_t off = 0;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      int64_t n = c10::multiply_integers(u.shapes[i]);
+      out.emplace_back(u.names[i], full.narrow(0, off, n).view(u.shapes[i]));
+      off += n;
+    }
+  }
+  return out;
 }
 
 void FsdpRunner::begin_root() {

@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/recompute.h"
@@ -43,6 +45,10 @@ class FsdpRunner : public RecomputeRunner {
   void end_root();
   int64_t root_unit() const { return int64_t(units_.size()) - 1; }
   int64_t num_units() const { return int64_t(units_.size()); }
+
+  // Collective: full tensors per parameter name from one shard-shaped tensor per unit
+  // (the shards themselves, or their gradients).
+  std::vector<std::pair<std::string, at::Tensor>> gather_named(const std::vector<at::Tensor>& per_unit);
 
   // This rank's shard of each unit (layers, then the root): [N_u / W]. Requires grad
   // when the base trains.

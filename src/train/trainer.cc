@@ -19,6 +19,7 @@
 #include "dist/comm.h"
 #include "lora/peft_io.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "model/weights.h"
 #include "parallel/checkpoint.h"
 #include "parallel/fsdp.h"
@@ -199,6 +200,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   comm_->all_reduce_sum(sums);
   st.loss = sums[0].item<double>() / double(st.label_tokens);
   if (has_aux) st.aux_loss = sums[1].item<double>() / total_micro;
+  if (!opt_.dump_gradients.empty()) dump_gradients(step_ + 1);
   st.grad_norm = clip_gradients();
   ++step_;
   st.lr = schedule_.at(step_);
@@ -243,6 +245,26 @@ int64_t Trainer::local_weight_bytes() const {
   for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
     n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
   return n;
+}
+
+void Trainer::dump_gradients(int64_t step) {
+  // Full gradients under the trainable tensors' names; shards are gathered (collective).
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  if (opt_.full && fsdp_) {
+    std::vector<at::Tensor> grads;
+    for (const auto& s : fsdp_->shards())
+      grads.push_back(s.grad().defined() ? s.grad() : at::zeros_like(s));
+    named = fsdp_->gather_named(grads);
+  } else if (opt_.full) {
+    for (auto& item : model_->named_parameters())
+      if (item.value().grad().defined()) named.emplace_back(item.key(), item.value().grad());
+  } else {
+    for (auto& [name, t] : lora_.named_parameters())
+      if (t.grad().defined()) named.emplace_back(name, t.grad());
+  }
+  if (comm_->rank() != 0) return;
+  make_dirs(opt_.dump_gradients);
+  write_safetensors(opt_.dump_gradients + "/step_" + std::to_string(step) + ".safetensors", named);
 }
 
 double Trainer::clip_gradients() {

@@ -45,6 +45,8 @@ struct TrainOptions {
   int64_t log_every = 10;        // readable line every N steps
   int64_t eval_every = 100;      // built-in task: exact-match eval every N steps (0 = end only)
   int64_t eval_samples = 200;    // built-in task: held-out samples per eval
+  std::string dump_gradients;    // if set: DIR/step_<k>.safetensors with every trainable
+                                 // gradient after reduction, before clipping (for checks)
 
   void validate() const;  // throws glint::Error naming the flag
 };
@@ -94,6 +96,7 @@ class Trainer {
  private:
   void save() ;
   void all_reduce_grads();
+  void dump_gradients(int64_t step);
   double clip_gradients();
   TrainOptions opt_;
   std::shared_ptr<Comm> comm_;

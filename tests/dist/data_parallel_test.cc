@@ -77,7 +77,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
     std::string cmd = w == 1 ? train + outputs[w]
                              : std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " +
                                    train + outputs[w] + " " + GetParam().flags;
-    out = run(cmd + " --eval-samples 0", &code);
+    out = run(cmd + " --eval-samples 0 --dump-gradients " + outputs[w] + "/grads", &code);
     ASSERT_EQ(code, 0) << out;
   }
   auto base = read_metrics(outputs[1] + "/metrics.jsonl");
@@ -93,6 +93,19 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
       for (const char* k : {"loss", "aux_loss", "grad_norm"})
         EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), 1e-5)
             << k << " W=" << w << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
+    }
+    // Every gradient of every step, gathered to full tensors (rank 0 writes them).
+    for (int s = 1; s <= 3; ++s) {
+      std::string f = "/grads/step_" + std::to_string(s) + ".safetensors";
+      glint::SafetensorsFile want(outputs[1] + f), got(outputs[w] + f);
+      ASSERT_EQ(got.keys(), want.keys()) << f;
+      ASSERT_FALSE(want.keys().empty());
+      for (const auto& k : want.keys()) {
+        at::Tensor a = want.read(k), b = got.read(k);
+        ASSERT_EQ(a.sizes(), b.sizes()) << k;
+        double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
+        EXPECT_LT(err, 1e-5) << "gradient " << k << " step " << s << " W=" << w;
+      }
     }
     // FSDP: each rank holds a smaller share of the weights (and optimizer state) the more
     // ranks there are; replicated placements hold the same amount everywhere.
