@@ -25,6 +25,9 @@ std::vector<std::string> config_args(const std::string& path) {
     GLINT_CHECK(item.name != "config", path, ": a config file cannot name another config file");
     std::string value;
     for (size_t i = 0; i < item.inputs.size(); ++i) value += (i ? "," : "") + item.inputs[i];
+    // An empty value is an option left at its default (the resolved config.toml writes
+    // unset paths as ""); "--name=" would make the parser take the next argument.
+    if (value.empty()) continue;
     out.push_back("--" + item.name + "=" + value);
   }
   return out;

@@ -3,6 +3,7 @@
 
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -68,10 +69,20 @@ Action add_train(CLI::App& app) {
     if (opts->model_dir.empty() && opts->data.empty()) {
       // The built-in job's preset, for flags the user left alone: the tiny model learns
       // the task in ~1000 steps at a high LoRA learning rate.
-      if (cmd->count("--steps") == 0) opts->steps = 1000;
-      if (cmd->count("--lr") == 0) opts->lr = 3e-3;
-      if (cmd->count("--eval-every") == 0) opts->eval_every = 100;
-      if (cmd->count("--log-every") == 0) opts->log_every = 100;
+      // The values are recorded as if given, so OUT/config.toml repeats this run.
+      auto preset = [&](const char* flag, auto* field, auto value) {
+        if (cmd->count(flag) != 0) return;
+        *field = value;
+        CLI::Option* opt = cmd->get_option(flag);
+        opt->clear();
+        std::ostringstream os;
+        os << value;
+        opt->add_result(os.str());
+      };
+      preset("--steps", &opts->steps, int64_t(1000));
+      preset("--lr", &opts->lr, 3e-3);
+      preset("--eval-every", &opts->eval_every, int64_t(100));
+      preset("--log-every", &opts->log_every, int64_t(100));
     }
     auto comm = Comm::create(World::from_env());
     Trainer trainer(*opts, comm);

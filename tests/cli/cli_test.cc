@@ -156,3 +156,28 @@ TEST(Cli, BadFlagValuesAreErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<double> losses(const std::string& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+// The built-in job fills in its own defaults (steps, learning rate); its config.toml
+// must record them so that --config repeats the run exactly.
+TEST(Cli, ResolvedConfigRepeatsTheBuiltInRun) {
+  std::string d = temp_dir("resolved");
+  RunResult a = run_glint("train --steps 4 --eval-samples 0 --output " + d + "/a");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = run_glint("train --config " + d + "/a/config.toml --output " + d + "/b");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto la = losses(d + "/a/metrics.jsonl"), lb = losses(d + "/b/metrics.jsonl");
+  ASSERT_EQ(la.size(), 4u);
+  EXPECT_EQ(la, lb);
+}
+
+}  // namespace
