@@ -70,6 +70,8 @@ struct LoraSite {
   std::shared_ptr<LoraExperts> experts;  // set for expert sites
   at::Tensor& A() { return linear ? linear->A : experts->A; }
   at::Tensor& B() { return linear ? linear->B : experts->B; }
+  const at::Tensor& A() const { return linear ? linear->A : experts->A; }
+  const at::Tensor& B() const { return linear ? linear->B : experts->B; }
 };
 
 // The adapters attached to one model.

@@ -240,8 +240,7 @@ int64_t Trainer::local_weight_bytes() const {
   if (fsdp_)
     for (const auto& s : fsdp_->shards()) n += bytes(s);
   if (!opt_.full)
-    for (const auto& site : const_cast<LoraModel&>(lora_).sites)
-      n += bytes(const_cast<LoraSite&>(site).A()) + bytes(const_cast<LoraSite&>(site).B());
+    for (const auto& site : lora_.sites) n += bytes(site.A()) + bytes(site.B());
   for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
     n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
   return n;

@@ -18,6 +18,7 @@
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/reference.h"
+#include "lora_test_util.h"
 #include "test_util.h"
 
 namespace glint {
@@ -28,21 +29,7 @@ using namespace glint::testing;
 const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
 
-// Layer 0: MoE with E=3 experts of width I=5; layer 1: dense. H=8.
-ModelConfig config() {
-  ModelConfig c = tiny_moe_config(21);
-  c.hidden_size = 8;
-  c.intermediate_size = 10;
-  c.moe_intermediate_size = 5;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.num_experts = 3;
-  c.num_experts_per_tok = 2;
-  c.mlp_only_layers = {1};
-  c.initializer_range = 0.3;
-  return c;
-}
+ModelConfig config() { return lora_test_config(); }
 
 ModelConfig dense_config() {
   ModelConfig c = config();
@@ -59,13 +46,6 @@ void randomize_adapters(LoraModel& lora, double scale = 0.5) {
     s.A().copy_(at::randn(s.A().sizes(), at::kDouble) * scale);
     s.B().copy_(at::randn(s.B().sizes(), at::kDouble) * scale);
   }
-}
-
-at::Tensor logits_of(CausalLMImpl& m) {
-  at::Tensor ids = at::tensor({1, 4, 9, 16, 20, 0, 7, 3}, at::kLong).view({2, 4});
-  at::Tensor pos = at::arange(4, at::kLong).repeat({2, 1}), seg = at::zeros({2, 4}, at::kLong);
-  at::NoGradGuard ng;
-  return m.logits(m.forward(ids, pos, seg).hidden);
 }
 
 void expect_error_naming(const std::function<void()>& f, const std::string& word) {
@@ -195,12 +175,7 @@ TEST(Peft, SingleExpertTargetsUseTheModulePathAndRoundTrip) {
   CausalLM fresh(c, kF32);
   init_weights(*fresh, 4);
   LoraModel loaded = load_adapter(d, *fresh);
-  auto a = lora.named_parameters(), b = loaded.named_parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
-  }
+  expect_same_adapters(lora, loaded);
   EXPECT_TRUE(at::equal(logits_of(*m), logits_of(*fresh)));
 
   // gate_up_proj alone also sits at the module path, with A [E*r, H] and B [2I, E*r].
@@ -235,12 +210,7 @@ TEST(Peft, ExpertTargetsListedInReverseOrderLoadTheSameKeys) {
   cfg["target_parameters"] = {"mlp.experts.down_proj", "mlp.experts.gate_up_proj"};
   std::ofstream(d + "/adapter_config.json") << cfg.dump();
   LoraModel loaded = load_adapter(d, *fresh);
-  auto a = lora.named_parameters(), b = loaded.named_parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
-  }
+  expect_same_adapters(lora, loaded);
   EXPECT_TRUE(at::equal(logits_of(*m), logits_of(*fresh)));
 }
 

@@ -12,6 +12,7 @@
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 
+#include "lora_test_util.h"
 #include "test_util.h"
 
 namespace glint {
@@ -23,19 +24,7 @@ const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 
 std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("peft_" + name); }
 
-ModelConfig config() {
-  ModelConfig c = tiny_moe_config(21);
-  c.hidden_size = 8;
-  c.intermediate_size = 10;
-  c.moe_intermediate_size = 5;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.num_experts = 3;
-  c.num_experts_per_tok = 2;
-  c.mlp_only_layers = {1};
-  return c;
-}
+ModelConfig config() { return glint::testing::lora_test_config(); }
 
 LoraModel randomized_lora(CausalLMImpl& m, LoraOptions o) {
   LoraModel lora = apply_lora(m, o, 5);
@@ -127,18 +116,9 @@ TEST(Peft, SaveLoadRoundTripIsExact) {
   CausalLM fresh(c, kF32);
   init_weights(*fresh, 2);
   LoraModel loaded = load_adapter(d, *fresh);
-  auto want = lora.named_parameters(), got = loaded.named_parameters();
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(want[i].first, got[i].first);
-    EXPECT_TRUE(at::equal(want[i].second, got[i].second)) << want[i].first;
-  }
+  glint::testing::expect_same_adapters(lora, loaded);
   EXPECT_DOUBLE_EQ(loaded.options.scale(), 7.0 / std::sqrt(3.0));
-  at::Tensor ids = at::randint(0, c.vocab_size, {2, 5}, at::kLong);
-  at::Tensor pos = at::arange(5, at::kLong).repeat({2, 1}), seg = at::zeros({2, 5}, at::kLong);
-  at::NoGradGuard ng;
-  EXPECT_TRUE(at::equal(m->logits(m->forward(ids, pos, seg).hidden),
-                        fresh->logits(fresh->forward(ids, pos, seg).hidden)));
+  EXPECT_TRUE(at::equal(glint::testing::logits_of(*m), glint::testing::logits_of(*fresh)));
 }
 
 TEST(Peft, BadAdaptersAreErrors) {
