@@ -37,6 +37,12 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                 "recompute each decoder layer in backward (less memory, ~1/3 more compute)");
   cmd->add_flag("--fsdp,!--no-fsdp", o->fsdp,
                 "shard decoder layers over the ranks (ZeRO-3); gathered only while a layer runs");
+  cmd->add_option("--ep", o->ep,
+                  "expert parallelism: shard each MoE layer's experts over N ranks (N divides the "
+                  "world size; ep_fsdp = W / N replicas, sharded too with --fsdp)")->capture_default_str();
+  cmd->add_option("--ep-layout", o->ep_layout,
+                  "contiguous: EP groups are consecutive ranks (all-to-all inside a node); strided")
+      ->capture_default_str();
   cmd->add_option("--lora-r", o->lora.r, "LoRA rank")->capture_default_str();
   cmd->add_option("--lora-alpha", o->lora.alpha, "LoRA alpha (scale alpha/r)")->capture_default_str();
   cmd->add_flag("--lora-rslora,!--no-lora-rslora", o->lora.use_rslora, "scale alpha/sqrt(r)");

@@ -36,6 +36,7 @@ size_t DeviceMesh::index_of(const std::string& name) const {
 }
 
 Comm& DeviceMesh::axis(const std::string& name) { return *comms_[index_of(name)]; }
+std::shared_ptr<Comm> DeviceMesh::axis_comm(const std::string& name) { return comms_[index_of(name)]; }
 int DeviceMesh::size(const std::string& name) const { return axes_[index_of(name)].second; }
 int DeviceMesh::coordinate(const std::string& name) const { return coords_[index_of(name)]; }
 

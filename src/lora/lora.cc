@@ -87,10 +87,10 @@ at::Tensor LoraExperts::delta(const at::Tensor& x, const std::vector<int64_t>& c
   auto dt = x.scalar_type();
   std::vector<at::Tensor> As = A.to(dt).unbind(0), Bs = B.to(dt).unbind(0);
   std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
-  for (size_t e = 0; e < parts.size(); ++e) {
-    if (counts[e] > 0) parts[e] = at::linear(at::linear(parts[e], As[e]), Bs[e]);  // [n_e, out]
-    else parts[e] = at::empty({0, B.size(1)}, x.options());
-  }
+  // Empty groups too: a [0, out] product keeps the result in x's autograd graph even when
+  // no group has tokens (expert parallelism: a rank may receive none, and its backward
+  // must still run the reverse all-to-all with the others).
+  for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::linear(at::linear(parts[e], As[e]), Bs[e]);  // [n_e, out]
   return at::cat(parts, 0) * scale;
 }
 
@@ -200,7 +200,14 @@ LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
         if (it == options.target_parameters.end()) continue;
         param_used[it - options.target_parameters.begin()] = true;
         int64_t in = name == "gate_up_proj" ? H : I, out = name == "gate_up_proj" ? 2 * I : H;
-        auto ad = std::make_shared<LoraExperts>(init_A({E, r, in}, in), zeros({E, out, r}), scale);
+        // A is drawn for all experts and sliced to the local ones (expert parallelism), so
+        // every mesh starts from the same adapter.
+        at::Tensor A = init_A({model.config.num_experts, r, in}, in)
+                           .detach()
+                           .narrow(0, ex.first_expert, E)
+                           .clone()
+                           .set_requires_grad(true);
+        auto ad = std::make_shared<LoraExperts>(A, zeros({E, out, r}), scale);
         if (name == "gate_up_proj") ex.gate_up_adapter = ad;
         else ex.down_adapter = ad;
         lm.sites.push_back({lp + ".mlp.experts", name, nullptr, ad});

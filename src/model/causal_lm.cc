@@ -116,10 +116,21 @@ LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
   LossParts parts;
   parts.ce_sum = token_cross_entropy(model, out.hidden, labels).sum();
   const ModelConfig& c = model.config;
-  if (c.output_router_logits && !out.router_logits.empty()) {
-    at::Tensor valid = segment_ids.to(model.placement.device).ge(0).reshape({-1});
+  if (out.router_logits.empty()) return parts;
+  at::Tensor valid = segment_ids.to(model.placement.device).ge(0).reshape({-1});
+  if (c.output_router_logits)
     parts.aux_loss = load_balancing_loss(out.router_logits, valid, c.num_experts,
                                          c.num_experts_per_tok);
+  {
+    at::NoGradGuard no_grad;
+    at::Tensor rows = valid.nonzero().reshape({-1});
+    std::vector<at::Tensor> counts;
+    for (const auto& logits : out.router_logits) {
+      // Top-k of the logits selects what top-k of their softmax selects.
+      at::Tensor chosen = std::get<1>(at::topk(logits.index_select(0, rows), c.num_experts_per_tok, -1));
+      counts.push_back(at::bincount(chosen.reshape({-1}), {}, c.num_experts));
+    }
+    parts.expert_tokens = at::stack(counts).to(at::kCPU);
   }
   return parts;
 }

@@ -86,6 +86,8 @@ at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
 struct LossParts {
   at::Tensor ce_sum;    // scalar: sum of label-token cross-entropy (float32)
   at::Tensor aux_loss;  // scalar load-balancing loss, undefined unless output_router_logits
+  at::Tensor expert_tokens;  // [L_moe, E] int64 on CPU: routed copies of non-padding tokens
+                             // per expert (undefined for a dense model)
 };
 LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
                          const at::Tensor& labels, const at::Tensor& position_ids,

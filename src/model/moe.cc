@@ -6,26 +6,35 @@
 
 namespace glint {
 
-TokenDispatcher::Dispatched LocalTokenDispatcher::dispatch(const at::Tensor& x,
-                                                           const Routing& r) {
+TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r,
+                                           int64_t num_experts) {
   int64_t K = r.experts.size(1);
   at::Tensor flat_experts = r.experts.reshape({-1});                // [N]
   // Stable sort keeps token order inside each expert group: deterministic results.
   at::Tensor order = std::get<1>(at::sort(flat_experts, /*stable=*/true, 0, false));  // [N]
-  Dispatched d;
+  TokenDispatcher::Dispatched d;
   d.token_index = at::div(order, K, "floor");                       // [N]
   d.weight = r.weights.reshape({-1}).index_select(0, order);        // [N]
   d.tokens = x.index_select(0, d.token_index);                      // [N, H]
-  at::Tensor counts = at::bincount(flat_experts, {}, num_experts_).to(at::kCPU);  // one sync
-  d.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts_);
+  at::Tensor counts = at::bincount(flat_experts, {}, num_experts).to(at::kCPU);  // one sync
+  d.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   return d;
+}
+
+at::Tensor weighted_combine(const at::Tensor& sorted_out, const TokenDispatcher::Dispatched& d,
+                            int64_t num_tokens) {
+  at::Tensor weighted = sorted_out * d.weight.unsqueeze(1);         // [N, H]
+  return at::zeros({num_tokens, sorted_out.size(1)}, sorted_out.options())
+      .index_add(0, d.token_index, weighted);
+}
+
+TokenDispatcher::Dispatched LocalTokenDispatcher::dispatch(const at::Tensor& x, const Routing& r) {
+  return sort_by_expert(x, r, num_experts_);
 }
 
 at::Tensor LocalTokenDispatcher::combine(const at::Tensor& expert_out, const Dispatched& d,
                                          int64_t num_tokens) {
-  at::Tensor weighted = expert_out * d.weight.unsqueeze(1);         // [N, H]
-  return at::zeros({num_tokens, expert_out.size(1)}, expert_out.options())
-      .index_add(0, d.token_index, weighted);
+  return weighted_combine(expert_out, d, num_tokens);
 }
 
 ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
@@ -40,12 +49,12 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
                num_local(), " local experts");
   int64_t I = intermediate();
   std::vector<at::Tensor> w_gu = gate_up_proj.unbind(0), w_dn = down_proj.unbind(0);
-  // One GEMM per local expert over its token group; empty groups cost nothing.
+  // One GEMM per local expert over its token group. Empty groups multiply too (no work):
+  // the result then stays in the autograd graph of x even when no expert got a token, so
+  // that under expert parallelism every rank runs the same backward collectives.
   auto grouped = [&](const at::Tensor& in, const std::vector<at::Tensor>& w) {
     std::vector<at::Tensor> parts = in.split_with_sizes(counts, 0);
-    for (size_t e = 0; e < parts.size(); ++e)
-      if (counts[e] > 0) parts[e] = at::matmul(parts[e], w[e].t());
-      else parts[e] = at::empty({0, w[e].size(0)}, in.options());
+    for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::matmul(parts[e], w[e].t());
     return at::cat(parts, 0);
   };
   at::Tensor h = grouped(x, w_gu);                                   // [N, 2I]

@@ -33,6 +33,11 @@ class TokenDispatcher {
     std::vector<int64_t> counts;  // [E_local] tokens per local expert (host)
     at::Tensor token_index;       // [N] source token of each sorted copy
     at::Tensor weight;            // [N] routing weight of each sorted copy
+    // Expert-parallel dispatch: rows per peer each way, and the permutation between the
+    // received order (by source rank, then expert) and the grouped order (by expert).
+    std::vector<int64_t> send_splits, recv_splits;  // [ep]
+    at::Tensor grouped_from_received;  // [N_local] received row of each grouped row
+    at::Tensor received_from_grouped;  // [N_local] its inverse
   };
   virtual ~TokenDispatcher() = default;
   // x [T,H], routing for T tokens  ->  tokens grouped by local expert.
@@ -41,6 +46,14 @@ class TokenDispatcher {
   virtual at::Tensor combine(const at::Tensor& expert_out, const Dispatched& d,
                              int64_t num_tokens) = 0;
 };
+
+// The dispatch steps every dispatcher shares. sort_by_expert: copies of x [T,H] sorted
+// stably by expert id (token order kept inside each expert), counts [E] per expert.
+TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& routing,
+                                           int64_t num_experts);
+// Expert outputs [N,H] in sort_by_expert's order -> [T,H]: each token's weighted sum.
+at::Tensor weighted_combine(const at::Tensor& sorted_out, const TokenDispatcher::Dispatched& d,
+                            int64_t num_tokens);
 
 // Single-process dispatcher: all E experts are local.
 class LocalTokenDispatcher : public TokenDispatcher {

@@ -6,140 +6,189 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "model/weights.h"
+#include "parallel/expert_parallel.h"
 
 namespace glint {
 
-struct FsdpRunner::Unit {
-  std::vector<at::Tensor> params;  // the layer's parameter tensors (storage swapped in/out)
+// A flat buffer of parameters sharded over one group.
+struct FsdpRunner::Part {
+  std::shared_ptr<Comm> comm;
+  std::vector<at::Tensor> params;  // parameter tensors (storage swapped in/out)
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::string> names;  // the parameters' model names
-  int64_t numel = 0;    // unpadded
-  int64_t padded = 0;   // multiple of W
+  int64_t numel = 0;               // unpadded
+  int64_t padded = 0;              // multiple of the group size
+  size_t shard = 0;                // index into shards_
+};
+
+struct FsdpRunner::Unit {
+  std::vector<Part> parts;
+  std::vector<at::Tensor> all_params;  // every part's params, in order
   bool gathered = false;
 };
 
 namespace {
 at::Tensor empty_like_storage(const at::Tensor& p) { return at::empty({0}, p.options()); }
+
+// Where parameter `name` of shape `shape` lies in the checkpoint's full tensor: the full
+// shape and the flat offset of its first element (experts may be an EP slice).
+std::pair<std::vector<int64_t>, int64_t> checkpoint_extent(CausalLMImpl& model, const std::string& name,
+                                                           const std::vector<int64_t>& shape) {
+  if (!is_expert_parameter(name)) return {shape, 0};
+  int64_t layer = std::stoll(name.substr(13, name.find('.', 13) - 13));
+  int64_t first = model.layer(layer)->moe->experts->first_expert;
+  std::vector<int64_t> full = shape;
+  full[0] = model.config.num_experts;
+  return {full, first * (c10::multiply_integers(shape) / shape[0])};
+}
 }  // namespace
 
 FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
-                       std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt)
-    : comm_(std::move(comm)), trainable_base_(trainable_base), adapters_(std::move(adapters)) {
-  const int W = comm_->size(), r = comm_->rank();
+                       std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt,
+                       std::shared_ptr<Comm> expert_comm)
+    : trainable_base_(trainable_base), adapters_(std::move(adapters)) {
   at::NoGradGuard no_grad;
-  // Units: one per decoder layer, then the root (embeddings, final norm, lm_head).
+  // Units: one per decoder layer, then the root (embeddings, final norm, lm_head); in a
+  // layer, part 0 holds the non-expert parameters, part 1 the experts (with expert_comm).
   const int64_t L = model.config.num_hidden_layers;
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> groups(L + 1);
+  units_.resize(L + 1);
+  for (auto& u : units_) {
+    u = std::make_shared<Unit>();
+    u->parts.resize(expert_comm ? 2 : 1);
+    u->parts[0].comm = comm;
+    if (expert_comm) u->parts[1].comm = expert_comm;
+  }
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
     int64_t unit = L;
     if (name.rfind("model.layers.", 0) == 0) unit = std::stoll(name.substr(13, name.find('.', 13) - 13));
-    groups[unit].emplace_back(name, item.value());
+    Part& part = units_[unit]->parts[expert_comm && is_expert_parameter(name) ? 1 : 0];
+    part.params.push_back(item.value());
+    part.shapes.push_back(item.value().sizes().vec());
+    part.names.push_back(name);
+    part.numel += item.value().numel();
+    item.value().requires_grad_(false);
   }
-  for (int64_t l = 0; l <= L; ++l) {
-    auto u = std::make_shared<Unit>();
-    std::vector<std::string> names;
-    for (auto& [name, p] : groups[l]) {
-      u->params.push_back(p);
-      u->shapes.push_back(p.sizes().vec());
-      names.push_back(name);
-      u->names.push_back(name);
-      u->numel += p.numel();
-      p.requires_grad_(false);
-    }
-    u->padded = (u->numel + W - 1) / W * W;
-    const int64_t n = u->padded / W, lo = r * n, hi = lo + n;
-    const auto options = u->params.front().options();
-    at::Tensor shard;
-    if (ckpt) {
-      // Only the bytes of [lo, hi) of the unit's flat buffer are read.
-      shard = at::zeros({n}, options);
-      int64_t off = 0;
-      for (size_t i = 0; i < u->params.size(); ++i) {
-        int64_t numel = u->params[i].numel(), a = std::max(lo, off), b = std::min(hi, off + numel);
-        if (a < b)
-          shard.narrow(0, a - lo, b - a)
-              .copy_(read_parameter_range(*ckpt, names[i], u->shapes[i], a - off, b - a,
-                                          options.dtype().toScalarType()));
-        off += numel;
+  for (auto& u : units_) {
+    // Drop empty parts (a dense layer has no experts).
+    std::vector<Part> kept;
+    for (auto& part : u->parts)
+      if (!part.params.empty()) kept.push_back(std::move(part));
+    u->parts = std::move(kept);
+    for (auto& part : u->parts) {
+      const int W = part.comm->size(), r = part.comm->rank();
+      part.padded = (part.numel + W - 1) / W * W;
+      const int64_t n = part.padded / W, lo = r * n, hi = lo + n;
+      const auto options = part.params.front().options();
+      at::Tensor shard;
+      if (ckpt) {
+        // Only the bytes of [lo, hi) of the part's flat buffer are read.
+        shard = at::zeros({n}, options);
+        int64_t off = 0;
+        for (size_t i = 0; i < part.params.size(); ++i) {
+          int64_t numel = part.params[i].numel(), a = std::max(lo, off), b = std::min(hi, off + numel);
+          if (a < b) {
+            auto [full_shape, base] = checkpoint_extent(model, part.names[i], part.shapes[i]);
+            shard.narrow(0, a - lo, b - a)
+                .copy_(read_parameter_range(*ckpt, part.names[i], full_shape, base + a - off, b - a,
+                                            options.dtype().toScalarType()));
+          }
+          off += numel;
+        }
+      } else {
+        std::vector<at::Tensor> flat;
+        for (auto& p : part.params) flat.push_back(p.detach().reshape({-1}));
+        at::Tensor full = at::cat(flat);
+        if (part.padded > part.numel) full = at::cat({full, at::zeros({part.padded - part.numel}, options)});
+        shard = full.narrow(0, lo, n).clone();
       }
-    } else {
-      std::vector<at::Tensor> flat;
-      for (auto& p : u->params) flat.push_back(p.detach().reshape({-1}));
-      at::Tensor full = at::cat(flat);
-      if (u->padded > u->numel) full = at::cat({full, at::zeros({u->padded - u->numel}, options)});
-      shard = full.narrow(0, lo, n).clone();
+      part.shard = shards_.size();
+      shards_.push_back(shard.requires_grad_(trainable_base_));
+      shard_is_expert_.push_back(expert_comm && part.comm == expert_comm);
+      for (auto& p : part.params) {
+        p.set_(empty_like_storage(p));  // the full copy is gone
+        u->all_params.push_back(p);
+      }
     }
-    shards_.push_back(shard.requires_grad_(trainable_base_));
-    for (auto& p : u->params) p.set_(empty_like_storage(p));  // the full copy is gone
-    units_.push_back(u);
   }
 }
 
-void FsdpRunner::gather(int64_t l) {
-  Unit& u = *units_[l];
-  if (u.gathered) return;
+FsdpRunner::~FsdpRunner() = default;
+
+void FsdpRunner::gather(int64_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gathered) return;
   at::NoGradGuard no_grad;
-  at::Tensor full = comm_->all_gather(shards_[l].detach());  // [N_l]
-  int64_t off = 0;
-  for (size_t i = 0; i < u.params.size(); ++i) {
-    int64_t n = c10::multiply_integers(u.shapes[i]);
-    u.params[i].set_(full.storage(), full.storage_offset() + off, u.shapes[i],
-                     c10::contiguous_strides(u.shapes[i]));
-    off += n;
-  }
-  u.gathered = true;
-}
-
-void FsdpRunner::release(int64_t l) {
-  Unit& u = *units_[l];
-  if (!u.gathered) return;
-  at::NoGradGuard no_grad;
-  for (auto& p : u.params) p.set_(empty_like_storage(p));
-  u.gathered = false;
-}
-
-at::Tensor FsdpRunner::reduce_scatter_grads(int64_t l) {
-  Unit& u = *units_[l];
-  std::vector<at::Tensor> g;
-  for (auto& p : u.params)
-    g.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
-  at::Tensor flat = at::cat(g);
-  if (u.padded > u.numel) flat = at::cat({flat, at::zeros({u.padded - u.numel}, flat.options())});
-  return comm_->reduce_scatter_sum(flat);
-}
-
-std::vector<std::pair<std::string, at::Tensor>> FsdpRunner::gather_named(
-    const std::vector<at::Tensor>& per_unit) {
-  GLINT_ASSERT(per_unit.size() == units_.size());
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (size_t k = 0; k < units_.size(); ++k) {
-    const Unit& u = *units_[k];
-    at::Tensor full = comm_->all_gather(per_unit[k].detach().contiguous());  // [N_u padded]
+  for (auto& part : unit.parts) {
+    const at::Tensor& shard = shards_[part.shard];
+    // A group of one holds the whole buffer: the parameters view the shard itself.
+    at::Tensor full = part.comm->size() == 1 ? shard.detach() : part.comm->all_gather(shard.detach());
     int64_t off = 0;
-    for (size_t i = 0; i < u.params.size(); ++i) {
-      int64_t n = c10::multiply_integers(u.shapes[i]);
-      out.emplace_back(u.names[i], full.narrow(0, off, n).view(u.shapes[i]));
+    for (size_t i = 0; i < part.params.size(); ++i) {
+      int64_t n = c10::multiply_integers(part.shapes[i]);
+      part.params[i].set_(full.storage(), full.storage_offset() + off, part.shapes[i],
+                          c10::contiguous_strides(part.shapes[i]));
       off += n;
     }
   }
+  unit.gathered = true;
+}
+
+void FsdpRunner::release(int64_t u) {
+  Unit& unit = *units_[u];
+  if (!unit.gathered) return;
+  at::NoGradGuard no_grad;
+  for (auto& p : unit.all_params) p.set_(empty_like_storage(p));
+  unit.gathered = false;
+}
+
+std::vector<at::Tensor> FsdpRunner::reduce_scatter_grads(int64_t u) {
+  std::vector<at::Tensor> out;
+  for (auto& part : units_[u]->parts) {
+    std::vector<at::Tensor> g;
+    for (auto& p : part.params)
+      g.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
+    at::Tensor flat = at::cat(g);
+    if (part.padded > part.numel) flat = at::cat({flat, at::zeros({part.padded - part.numel}, flat.options())});
+    out.push_back(part.comm->size() == 1 ? flat : part.comm->reduce_scatter_sum(flat));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> FsdpRunner::gather_named(
+    const std::vector<at::Tensor>& per_shard) {
+  GLINT_ASSERT(per_shard.size() == shards_.size());
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& u : units_)
+    for (const auto& part : u->parts) {
+      at::Tensor full = part.comm->all_gather(per_shard[part.shard].detach().contiguous());  // [N padded]
+      int64_t off = 0;
+      for (size_t i = 0; i < part.params.size(); ++i) {
+        int64_t n = c10::multiply_integers(part.shapes[i]);
+        out.emplace_back(part.names[i], full.narrow(0, off, n).view(part.shapes[i]));
+        off += n;
+      }
+    }
   return out;
 }
 
 void FsdpRunner::begin_root() {
   gather(root_unit());
   if (trainable_base_)
-    for (auto& p : units_[root_unit()]->params) p.requires_grad_(true);
+    for (auto& p : units_[root_unit()]->all_params) p.requires_grad_(true);
 }
 
 void FsdpRunner::end_root() {
   int64_t root = root_unit();
   if (trainable_base_) {
-    at::Tensor g = reduce_scatter_grads(root);
-    at::Tensor& shard = shards_[root];
-    if (shard.grad().defined()) shard.mutable_grad().add_(g);
-    else shard.mutable_grad() = g;
-    for (auto& p : units_[root]->params) {
+    std::vector<at::Tensor> g = reduce_scatter_grads(root);
+    const auto& parts = units_[root]->parts;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      at::Tensor& shard = shards_[parts[k].shard];
+      if (shard.grad().defined()) shard.mutable_grad().add_(g[k]);
+      else shard.mutable_grad() = g[k];
+    }
+    for (auto& p : units_[root]->all_params) {
       p.mutable_grad() = at::Tensor();
       p.requires_grad_(false);
     }
@@ -147,15 +196,20 @@ void FsdpRunner::end_root() {
   release(root);
 }
 
+int64_t FsdpRunner::num_shards(int64_t index) const {
+  return trainable_base_ ? int64_t(units_[index]->parts.size()) : 0;
+}
+
 std::vector<at::Tensor> FsdpRunner::grad_inputs(int64_t index) {
   std::vector<at::Tensor> out;
-  if (trainable_base_) out.push_back(shards_[index]);
+  if (trainable_base_)
+    for (const auto& part : units_[index]->parts) out.push_back(shards_[part.shard]);
   for (const auto& t : adapters_[index]) out.push_back(t);
   return out;
 }
 
 std::vector<at::Tensor>* FsdpRunner::shard_params(int64_t index) {
-  return trainable_base_ ? &units_[index]->params : nullptr;
+  return trainable_base_ ? &units_[index]->all_params : nullptr;
 }
 
 }  // namespace glint

@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
 
+#include "core/error.h"
+
 namespace glint {
 
 namespace {
@@ -50,11 +52,11 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     auto call = c10::static_intrusive_pointer_cast<LayerCall>(ctx->saved_data["call"].toCapsule());
     c10::List<at::Tensor> rest = ctx->saved_data["rest"].toTensorList();
     RecomputeRunner& runner = *call->runner;
-    const bool sharded = runner.has_shard(call->index);
+    const int64_t shards = runner.num_shards(call->index);
     // One gradient per argument of forward: none for `call`, then x, then `rest`.
     variable_list result(2 + rest.size());
     runner.before_compute(call->index);
-    std::vector<at::Tensor>* params = sharded ? runner.shard_params(call->index) : nullptr;
+    std::vector<at::Tensor>* params = shards > 0 ? runner.shard_params(call->index) : nullptr;
     if (params)
       for (auto& p : *params) p.requires_grad_(true);
     {
@@ -76,7 +78,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
       if (x.requires_grad()) want(x, -1);
       if (params)
         for (auto& p : *params) want(p, -2);
-      for (size_t i = sharded ? 1 : 0; i < rest.size(); ++i) {
+      for (size_t i = size_t(shards); i < rest.size(); ++i) {
         at::Tensor t = rest[i];
         if (t.requires_grad()) want(t, int(i));
       }
@@ -96,7 +98,9 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
       }
     }
     if (params) {
-      result[2] = runner.reduce_shard_grad(call->index);
+      std::vector<at::Tensor> g = runner.reduce_shard_grads(call->index);
+      GLINT_ASSERT(int64_t(g.size()) == shards);
+      for (int64_t k = 0; k < shards; ++k) result[2 + k] = g[k];
       for (auto& p : *params) {
         p.mutable_grad() = at::Tensor();
         p.requires_grad_(false);

@@ -23,13 +23,14 @@ class RecomputeRunner : public LayerRunner {
   virtual void before_compute(int64_t index) {}
   virtual void after_compute(int64_t index) {}
   // Tensors requiring grad, besides the layer input, whose gradients backward returns.
-  // When has_shard(index), element 0 is a shard whose gradient is reduce_shard_grad().
+  // The first num_shards(index) are shards whose gradients are reduce_shard_grads().
   virtual std::vector<at::Tensor> grad_inputs(int64_t index) = 0;
-  virtual bool has_shard(int64_t index) const { return false; }
-  // With has_shard: the layer's (gathered) parameters, whose gradients feed the shard's.
+  virtual int64_t num_shards(int64_t index) const { return 0; }
+  // With shards: the layer's (gathered) parameters, whose gradients feed the shards'.
   virtual std::vector<at::Tensor>* shard_params(int64_t index) { return nullptr; }
-  // With has_shard: turns the gradients held in *shard_params(index) into the shard's.
-  virtual at::Tensor reduce_shard_grad(int64_t index) { return at::Tensor(); }
+  // With shards: turns the gradients held in *shard_params(index) into the shards', one
+  // per shard in grad_inputs order.
+  virtual std::vector<at::Tensor> reduce_shard_grads(int64_t index) { return {}; }
 };
 
 }  // namespace glint

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <cstdio>
 #include <thread>
 
@@ -21,7 +22,9 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "dist/mesh.h"
 #include "parallel/checkpoint.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/fsdp.h"
 #include "train/metrics.h"
 
@@ -67,21 +70,31 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
   std::unique_ptr<CheckpointReader> checkpoint;
   builtin_task_ = opt_.data.empty();
+  const bool ep = opt_.ep > 1;
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config
                                         : tiny_moe_config(ReverseDigitsTask::kVocabSize),
                       place);
     init_weights(*model_, opt_.seed);
-  } else if (opt_.fsdp) {
-    // Layers are read shard by shard below; only the replicated root is loaded whole.
+  } else {
+    std::string cfg_path = opt_.model_dir + "/config.json";
+    GLINT_CHECK(path_exists(cfg_path), opt_.model_dir, ": no config.json (is this a Hugging Face model directory?)");
+    // Built without writing the weights: each rank reads only what it keeps below (its
+    // experts under EP; only the root here and its layer shards in FsdpRunner under FSDP).
     TensorPlacement lazy = place;
     lazy.lazy = true;
     checkpoint = std::make_unique<CheckpointReader>(opt_.model_dir);
-    model_ = CausalLM(ModelConfig::from_file(opt_.model_dir + "/config.json"), lazy);
-    load_weights(*model_, *checkpoint, /*layers=*/false);
-  } else {
-    model_ = from_pretrained(opt_.model_dir, place);
+    model_ = CausalLM(ModelConfig::from_file(cfg_path), lazy);
   }
+  validate_expert_mesh(model_->config, W, opt_.ep, opt_.ep_layout);
+  expert_replicas_ = comm_;
+  if (ep) {
+    mesh_ = make_expert_mesh(comm_, opt_.ep, opt_.ep_layout);
+    ep_comm_ = mesh_->axis_comm("ep");
+    expert_replicas_ = mesh_->axis_comm("ep_fsdp");
+    shard_experts(*model_, ep_comm_);
+  }
+  if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
   int64_t vocab = model_->config.vocab_size;
   CollateOptions collate;
   if (builtin_task_) {
@@ -99,29 +112,42 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   collate.pack = opt_.pack;
   data_.reset(new DataState{EpochSampler(samples_.size(), opt_.seed), collate});
 
+  // Trainable tensors and where their copies live: non-expert tensors are replicated on
+  // every rank, expert tensors on the ranks holding the same experts.
+  auto replicated = [&](bool expert) {
+    Comm* group = expert ? expert_replicas_.get() : comm_.get();
+    return Placement{group, group->size()};
+  };
   if (opt_.full) {
-    for (auto& p : model_->parameters()) {
-      p.set_requires_grad(true);
-      trainable_.push_back(p);
+    for (auto& item : model_->named_parameters()) {
+      item.value().set_requires_grad(true);
+      trainable_.push_back(item.value());
+      trainable_names_.push_back(item.key());
+      placement_.push_back(replicated(is_expert_parameter(item.key())));
     }
   } else {
     LoraOptions lora = opt_.lora;
     // Adapters train in float32 over low-precision bases; a float64 run stays float64.
     if (place.dtype == at::kDouble) lora.dtype = at::kDouble;
     lora_ = apply_lora(*model_, lora, opt_.seed + 2);
-    trainable_ = lora_.parameters();
+    for (auto& [name, t] : lora_.named_parameters()) {
+      trainable_.push_back(t);
+      trainable_names_.push_back(name);
+      placement_.push_back(replicated(name.find(".mlp.experts.") != std::string::npos));
+    }
   }
-  sharded_.assign(trainable_.size(), false);
   if (opt_.fsdp) {
     std::vector<std::vector<at::Tensor>> adapters(model_->config.num_hidden_layers);
     if (!opt_.full)
       for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
         adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
-    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get());
+    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get(),
+                                         ep ? expert_replicas_ : nullptr);
     model_->layer_runner = fsdp_;
     if (opt_.full) {  // nothing replicated: every trainable tensor is a shard
       trainable_ = fsdp_->shards();
-      sharded_.assign(trainable_.size(), true);
+      trainable_names_.assign(trainable_.size(), "");
+      placement_.assign(trainable_.size(), Placement{});
     }
   } else if (opt_.activation_checkpointing) {
     std::vector<std::pair<std::string, at::Tensor>> adapters;
@@ -171,6 +197,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   optimizer_->zero_grad();
   double ce_total = 0, aux_total = 0;
   bool has_aux = false;
+  at::Tensor expert_tokens;  // [L_moe, E] this rank's routed copies
   const double coef = model_->config.router_aux_loss_coef;
   using clock = std::chrono::steady_clock;
   auto seconds_since = [](clock::time_point t) {
@@ -188,6 +215,8 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
       has_aux = true;
     }
     ce_total += parts.ce_sum.item<double>();
+    if (parts.expert_tokens.defined())
+      expert_tokens = expert_tokens.defined() ? expert_tokens + parts.expert_tokens : parts.expert_tokens;
     auto tb = clock::now();
     st.forward_seconds += std::chrono::duration<double>(tb - tf).count();
     objective.backward();
@@ -200,6 +229,12 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   comm_->all_reduce_sum(sums);
   st.loss = sums[0].item<double>() / double(st.label_tokens);
   if (has_aux) st.aux_loss = sums[1].item<double>() / total_micro;
+  if (expert_tokens.defined()) {
+    at::Tensor load = expert_tokens.to(at::kDouble).contiguous();
+    comm_->all_reduce_sum(load);
+    st.idle_experts = load.eq(0).sum().item<int64_t>();
+    st.expert_load_max = (std::get<0>(load.max(1)) / load.mean(1)).max().item<double>();
+  }
   if (!opt_.dump_gradients.empty()) dump_gradients(step_ + 1);
   st.grad_norm = clip_gradients();
   ++step_;
@@ -211,19 +246,19 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
 }
 
 void Trainer::all_reduce_grads() {
-  if (comm_->size() == 1) return;
-  // One flat buffer per dtype: one collective per step instead of one per tensor.
-  std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
+  // One flat buffer per (replica group, dtype): one collective per group per step.
+  std::map<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>> buckets;
   for (size_t i = 0; i < trainable_.size(); ++i) {
     at::Tensor& p = trainable_[i];
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    if (!sharded_[i]) by_dtype[p.scalar_type()].push_back(&p);  // shards are reduced already
+    Comm* group = placement_[i].replicas;
+    if (group && group->size() > 1) buckets[{group, p.scalar_type()}].push_back(&p);  // shards are reduced
   }
-  for (auto& [dtype, params] : by_dtype) {
+  for (auto& [key, params] : buckets) {
     std::vector<at::Tensor> flat;
     for (at::Tensor* p : params) flat.push_back(p->grad().reshape({-1}));
     at::Tensor buf = at::cat(flat);
-    comm_->all_reduce_sum(buf);
+    key.first->all_reduce_sum(buf);
     int64_t off = 0;
     for (at::Tensor* p : params) {
       int64_t n = p->numel();
@@ -231,6 +266,19 @@ void Trainer::all_reduce_grads() {
       off += n;
     }
   }
+}
+
+uint64_t Trainer::bytes_sent() const {
+  // A mesh axis spanning the whole world is the world communicator itself: count it once.
+  std::set<const Comm*> comms{comm_.get(), ep_comm_.get(), expert_replicas_.get()};
+  uint64_t n = 0;
+  for (const Comm* c : comms)
+    if (c) n += c->total_bytes_sent();
+  return n;
+}
+
+at::Tensor Trainer::all_experts(const at::Tensor& local) {
+  return ep_comm_ ? ep_comm_->all_gather(local.contiguous()) : local;
 }
 
 int64_t Trainer::local_weight_bytes() const {
@@ -247,20 +295,22 @@ int64_t Trainer::local_weight_bytes() const {
 }
 
 void Trainer::dump_gradients(int64_t step) {
-  // Full gradients under the trainable tensors' names; shards are gathered (collective).
+  // Full gradients under the trainable tensors' names; shards and experts are gathered
+  // (collective: every rank takes part).
   std::vector<std::pair<std::string, at::Tensor>> named;
   if (opt_.full && fsdp_) {
     std::vector<at::Tensor> grads;
     for (const auto& s : fsdp_->shards())
       grads.push_back(s.grad().defined() ? s.grad() : at::zeros_like(s));
     named = fsdp_->gather_named(grads);
-  } else if (opt_.full) {
-    for (auto& item : model_->named_parameters())
-      if (item.value().grad().defined()) named.emplace_back(item.key(), item.value().grad());
   } else {
-    for (auto& [name, t] : lora_.named_parameters())
-      if (t.grad().defined()) named.emplace_back(name, t.grad());
+    for (size_t i = 0; i < trainable_.size(); ++i) {
+      const at::Tensor& g = trainable_[i].grad();
+      named.emplace_back(trainable_names_[i], g.defined() ? g : at::zeros_like(trainable_[i]));
+    }
   }
+  for (auto& [name, t] : named)
+    if (name.find(".mlp.experts.") != std::string::npos) t = all_experts(t);
   if (comm_->rank() != 0) return;
   make_dirs(opt_.dump_gradients);
   write_safetensors(opt_.dump_gradients + "/step_" + std::to_string(step) + ".safetensors", named);
@@ -275,7 +325,7 @@ double Trainer::clip_gradients() {
     const at::Tensor& g = trainable_[i].grad();
     if (!g.defined()) continue;
     double sq = g.to(at::kDouble).pow(2).sum().item<double>();
-    local += sharded_[i] ? sq : sq / comm_->size();
+    local += sq / placement_[i].copies;
   }
   at::Tensor total = at::tensor({local}, at::kDouble);
   comm_->all_reduce_sum(total);
@@ -340,22 +390,64 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   return double(correct) / double(count);
 }
 
-void Trainer::save() {
+void Trainer::save_full_model() {
+  // Collective: every rank gathers the sharded layers; under EP, the ranks of rank 0's EP
+  // group gather their experts to rank 0 one layer at a time; rank 0 writes.
   const bool lead = comm_->rank() == 0;
-  if (opt_.full && fsdp_) {
-    // Collective: every rank gathers the layers; rank 0 writes them.
+  if (fsdp_)
     for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
-    if (lead) save_pretrained(*model_, opt_.output + "/model");
+  std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
+  if (ep_comm_ && mesh_->coordinate("ep_fsdp") == 0) {
+    at::NoGradGuard no_grad;
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) {
+      DecoderLayer layer = model_->layer(l);
+      if (!layer->moe) continue;
+      ExpertsImpl& ex = *layer->moe->experts;
+      at::Tensor gu = ep_comm_->gather(ex.gate_up_proj.detach(), 0), dn = ep_comm_->gather(ex.down_proj.detach(), 0);
+      if (!lead) continue;
+      local.push_back({&ex, {ex.gate_up_proj.detach().clone(), ex.down_proj.detach().clone()}});
+      ex.gate_up_proj.set_(gu);
+      ex.down_proj.set_(dn);
+      ex.first_expert = 0;
+    }
+  }
+  if (lead) save_pretrained(*model_, opt_.output + "/model");
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [ex, w] : local) {
+      ex->gate_up_proj.set_(w.first);
+      ex->down_proj.set_(w.second);
+      ex->first_expert = ep_comm_->rank() * w.first.size(0);
+    }
+  }
+  if (fsdp_)
     for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
+}
+
+void Trainer::save() {
+  if (opt_.full) return save_full_model();
+  const std::string base = opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir;
+  if (!ep_comm_) {
+    if (comm_->rank() == 0) save_adapter(opt_.output + "/adapter", lora_, base);
     return;
   }
-  if (!lead) return;
-  if (opt_.full) {
-    save_pretrained(*model_, opt_.output + "/model");
-  } else {
-    save_adapter(opt_.output + "/adapter", lora_,
-                 opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir);
+  // Expert adapters hold this EP rank's experts: the ranks of rank 0's EP group gather
+  // them to rank 0 (a gather: no other rank holds more than its own), which writes the
+  // adapter exactly as a 1-rank run would.
+  if (mesh_->coordinate("ep_fsdp") != 0) return;
+  LoraModel whole;
+  whole.options = lora_.options;
+  for (const LoraSite& site : lora_.sites) {
+    if (!site.experts) {
+      whole.sites.push_back(site);
+      continue;
+    }
+    at::Tensor A = ep_comm_->gather(site.experts->A.detach(), 0), B = ep_comm_->gather(site.experts->B.detach(), 0);
+    LoraSite s = site;
+    s.experts = std::make_shared<LoraExperts>(A, B, site.experts->scale);
+    whole.sites.push_back(s);
   }
+  if (comm_->rank() == 0) save_adapter(opt_.output + "/adapter", whole, base);
 }
 
 void Trainer::run() {
@@ -371,8 +463,8 @@ void Trainer::run() {
     if (lead) progress.line(line);
   };
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
-  // Sharded layers make every forward collective: then all ranks evaluate.
-  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_);
+  // Sharded layers and experts make every forward collective: then all ranks evaluate.
+  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm_);
   char buf[512];
   double first_acc = -1, last_acc = -1;
   if (evaluates) {
@@ -401,6 +493,10 @@ void Trainer::run() {
                           {"peak_rss_mb", peak_rss_mb()},
                           {"weights_mb", double(local_weight_bytes()) / (1 << 20)}};
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
+    if (st.idle_experts >= 0) {
+      rec["idle_experts"] = st.idle_experts;
+      rec["expert_load_max"] = st.expert_load_max;
+    }
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
     if (eval_now) rec["exact_match"] = last_acc;
     metrics->write(rec);

@@ -37,6 +37,8 @@ struct TrainOptions {
   bool activation_checkpointing = false;  // recompute each decoder layer in backward
   bool fsdp = false;             // shard decoder layers over the ranks (ZeRO-3; implies
                                  // recomputing each layer in backward)
+  int64_t ep = 1;                // expert parallelism: experts sharded over ep ranks
+  std::string ep_layout = "contiguous";  // EP groups: "contiguous" ranks or "strided"
   LoraOptions lora;
   uint64_t seed = 0;
   std::string dtype = "float32"; // parameter / compute dtype
@@ -56,6 +58,8 @@ struct StepStats {
   double loss = 0;         // mean label-token cross-entropy (before the update)
   double aux_loss = -1;    // load-balancing loss (mean over micro-batches); < 0 if unused
   double grad_norm = 0;    // before clipping
+  int64_t idle_experts = -1;   // (MoE layer, expert) pairs that got no token in the step
+  double expert_load_max = 0;  // busiest expert's tokens / the mean per expert (1 = even)
   double lr = 0;
   int64_t tokens = 0;      // non-padding tokens
   int64_t label_tokens = 0;
@@ -92,18 +96,33 @@ class Trainer {
   // This rank's micro-batches of the next optimizer step.
   std::vector<Batch> next_micro_batches();
   Comm& comm() { return *comm_; }
+  // Bytes this rank has sent over all of its communicators (world and mesh groups).
+  uint64_t bytes_sent() const;
 
  private:
-  void save() ;
+  // Where a trainable tensor lives: the group whose ranks hold identical copies, over
+  // which its gradient is summed (null: a unique shard, reduced already).
+  struct Placement {
+    Comm* replicas = nullptr;
+    int copies = 1;  // ranks holding an identical copy
+  };
+  void save();
+  void save_full_model();
   void all_reduce_grads();
   void dump_gradients(int64_t step);
   double clip_gradients();
+  // Expert tensors hold this EP rank's experts: all_gather over ep -> every expert.
+  at::Tensor all_experts(const at::Tensor& local);
   TrainOptions opt_;
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<class DeviceMesh> mesh_;   // set under expert parallelism
+  std::shared_ptr<Comm> ep_comm_;            // this rank's EP group (null without EP)
+  std::shared_ptr<Comm> expert_replicas_;    // ranks holding the same experts
   CausalLM model_{nullptr};
   LoraModel lora_;
   std::vector<at::Tensor> trainable_;
-  std::vector<bool> sharded_;  // per trainable tensor: a shard (unique per rank), else replicated
+  std::vector<std::string> trainable_names_;
+  std::vector<Placement> placement_;  // per trainable tensor
   std::shared_ptr<class FsdpRunner> fsdp_;
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;

@@ -34,11 +34,27 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
+// Routing made uneven on purpose: hidden dimension 0 of every token embedding is large,
+// and the router rows of experts 6 and 7 of layer 0 weigh it negatively, so these two
+// experts receive few or no tokens (in every step, some expert gets none on any rank).
+void make_routing_uneven(const std::string& file) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  {
+    glint::SafetensorsFile f(file);
+    for (const auto& k : f.keys()) tensors.emplace_back(k, f.read(k));
+  }
+  for (auto& [k, t] : tensors) {
+    if (k == "model.embed_tokens.weight") t.select(1, 0).fill_(0.5);
+    if (k == "model.layers.0.mlp.gate.weight") t.narrow(0, 6, 2).select(1, 0).fill_(-4.0);
+  }
+  glint::write_safetensors(file, tensors);
+}
+
 double rel(double a, double b) { return std::abs(a - b) / std::max(1e-12, std::max(std::abs(a), std::abs(b))); }
 
 struct Variant {
   bool full;
-  std::string flags;  // parallel flags of the multi-rank runs
+  std::vector<std::pair<int, std::string>> runs;  // ranks and parallel flags of each multi-rank run
   std::string name;
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
@@ -53,7 +69,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
-                        {"num_experts", 4},          {"num_experts_per_tok", 2},
+                        {"num_experts", 8},          {"num_experts_per_tok", 2},
                         {"mlp_only_layers", {1}},    {"output_router_logits", true},
                         {"router_aux_loss_coef", 0.02}, {"initializer_range", 0.1}};
   std::ofstream(dir + "/config.json") << cfg.dump();
@@ -62,6 +78,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
                             dir + "/model --seed 3",
                         &code);
   ASSERT_EQ(code, 0) << out;
+  make_routing_uneven(dir + "/model/model.safetensors");
   std::string train = std::string(GLINT_BINARY) + " train --model " + dir +
                       "/model --steps 3 --batch-size 8 --micro-batch-size 1 --lr 1e-2 --seed 5 "
                       "--max-grad-norm 0.5 --warmup-steps 1 --adam-eps 1e-6" + (full ? " --full" : " --lora-r 4") +
@@ -70,72 +87,85 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   // near-zero gradient entries (k_proj under k_norm) into visible weight differences
   // (3e-5 relative after 3 steps, while float64 runs agree to the last bit).
   // No --data: the built-in task's samples (this model's vocabulary holds its 16 ids).
-  std::map<int, std::string> outputs;
-  for (int w : {1, 2, 4}) {
-    outputs[w] = dir + "/w" + std::to_string(w);
-    // The reference is the plain 1-process run; the W-rank runs use the variant's flags.
-    std::string cmd = w == 1 ? train + outputs[w]
-                             : std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " +
-                                   train + outputs[w] + " " + GetParam().flags;
-    out = run(cmd + " --eval-samples 0 --dump-gradients " + outputs[w] + "/grads", &code);
-    ASSERT_EQ(code, 0) << out;
-  }
-  auto base = read_metrics(outputs[1] + "/metrics.jsonl");
+  std::string base_dir = dir + "/w1";
+  out = run(train + base_dir + " --eval-samples 0 --dump-gradients " + base_dir + "/grads", &code);
+  ASSERT_EQ(code, 0) << out;
+  auto base = read_metrics(base_dir + "/metrics.jsonl");
   ASSERT_EQ(base.size(), 3u);
   std::string weights = full ? "/model/model.safetensors" : "/adapter/adapter_model.safetensors";
-  glint::SafetensorsFile base_w(outputs[1] + weights);
-  double prev_mb = base[0]["weights_mb"].get<double>();
-  for (int w : {2, 4}) {
-    auto m = read_metrics(outputs[w] + "/metrics.jsonl");
+  glint::SafetensorsFile base_w(base_dir + weights);
+  // Every step has experts without a single token (so some EP ranks receive none for them).
+  for (int s = 0; s < 3; ++s) EXPECT_GE(base[s]["idle_experts"].get<int>(), 1) << "step " << s;
+  int index = 0;
+  for (const auto& [w, flags] : GetParam().runs) {
+    std::string run_dir = dir + "/run" + std::to_string(index++);
+    SCOPED_TRACE("W=" + std::to_string(w) + " " + flags);
+    // A short distributed timeout turns a collective mismatch into a failure, not a hang.
+    out = run("GLINT_DIST_TIMEOUT_SECONDS=60 " + std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " + train + run_dir + " " +
+                  flags + " --eval-samples 0 --dump-gradients " + run_dir + "/grads",
+              &code);
+    ASSERT_EQ(code, 0) << out;
+    auto m = read_metrics(run_dir + "/metrics.jsonl");
     ASSERT_EQ(m.size(), 3u);
     for (int s = 0; s < 3; ++s) {
-      EXPECT_EQ(m[s]["label_tokens"], base[s]["label_tokens"]) << "W=" << w << " step " << s;
+      EXPECT_EQ(m[s]["label_tokens"], base[s]["label_tokens"]) << "step " << s;
+      EXPECT_EQ(m[s]["idle_experts"], base[s]["idle_experts"]) << "step " << s;
       for (const char* k : {"loss", "aux_loss", "grad_norm"})
         EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), 1e-5)
-            << k << " W=" << w << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
+            << k << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
     }
     // Every gradient of every step, gathered to full tensors (rank 0 writes them).
     for (int s = 1; s <= 3; ++s) {
       std::string f = "/grads/step_" + std::to_string(s) + ".safetensors";
-      glint::SafetensorsFile want(outputs[1] + f), got(outputs[w] + f);
+      glint::SafetensorsFile want(base_dir + f), got(run_dir + f);
       ASSERT_EQ(got.keys(), want.keys()) << f;
       ASSERT_FALSE(want.keys().empty());
       for (const auto& k : want.keys()) {
         at::Tensor a = want.read(k), b = got.read(k);
         ASSERT_EQ(a.sizes(), b.sizes()) << k;
         double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
-        EXPECT_LT(err, 1e-5) << "gradient " << k << " step " << s << " W=" << w;
+        EXPECT_LT(err, 1e-5) << "gradient " << k << " step " << s;
       }
     }
-    // FSDP: each rank holds a smaller share of the weights (and optimizer state) the more
-    // ranks there are; replicated placements hold the same amount everywhere.
+    // FSDP and EP: each rank holds a smaller share of the weights (and optimizer state);
+    // replicated placements hold the same amount everywhere.
     double mb = m[0]["weights_mb"].get<double>(), base_mb = base[0]["weights_mb"].get<double>();
-    if (GetParam().flags.find("--fsdp") != std::string::npos) {
-      EXPECT_LT(mb, prev_mb) << "W=" << w;
-      if (full) EXPECT_LT(mb, base_mb * (w == 2 ? 0.7 : 0.5)) << "W=" << w;  // weights + moments
-    } else {
-      EXPECT_DOUBLE_EQ(mb, base_mb);
-    }
-    prev_mb = mb;
+    bool fsdp = flags.find("--fsdp") != std::string::npos, ep = flags.find("--ep") != std::string::npos;
+    if (fsdp && full) EXPECT_LT(mb, base_mb * (w == 2 ? 0.7 : 0.5));  // weights + moments
+    else if (fsdp || ep) EXPECT_LT(mb, base_mb);
+    else EXPECT_DOUBLE_EQ(mb, base_mb);
     // Clipping was active (so the norm itself is under test).
     EXPECT_GT(base[0]["grad_norm"].get<double>(), 0.5);
-    glint::SafetensorsFile got(outputs[w] + weights);
+    glint::SafetensorsFile got(run_dir + weights);
     ASSERT_EQ(got.keys(), base_w.keys());
     for (const auto& k : base_w.keys()) {
       at::Tensor a = base_w.read(k), b = got.read(k);
       // Relative error of the tensor: ||a - b|| / ||a||.
       double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
-      EXPECT_LT(err, 1e-5) << k << " W=" << w;
+      EXPECT_LT(err, 1e-5) << k;
     }
   }
 }
 
+// Data parallel (DDP), FSDP, activation checkpointing, and expert parallelism: ep = W,
+// ep < W with the experts replicated (ep_fsdp copies, gradients all-reduced) or sharded
+// over ep_fsdp (--fsdp), in both EP layouts.
+std::vector<std::pair<int, std::string>> on_2_and_4(const std::string& flags) {
+  return {{2, flags}, {4, flags}};
+}
+const std::vector<std::pair<int, std::string>> kEpMeshes = {
+    {2, "--fsdp --ep 2"}, {4, "--fsdp --ep 4"}, {4, "--fsdp --ep 2"}, {4, "--fsdp --ep 2 --ep-layout strided"}};
+const std::vector<std::pair<int, std::string>> kEpReplicated = {{2, "--ep 2"}, {4, "--ep 2 --activation-checkpointing"}};
+
 INSTANTIATE_TEST_SUITE_P(
     Meshes, DataParallel,
-    ::testing::Values(Variant{false, "", "Lora"}, Variant{true, "", "Full"},
-                      Variant{false, "--fsdp", "LoraFsdp"}, Variant{true, "--fsdp", "FullFsdp"},
-                      Variant{false, "--activation-checkpointing", "LoraCheckpointing"},
-                      Variant{true, "--fsdp --activation-checkpointing", "FullFsdpCheckpointing"}),
+    ::testing::Values(Variant{false, on_2_and_4(""), "Lora"}, Variant{true, on_2_and_4(""), "Full"},
+                      Variant{false, on_2_and_4("--fsdp"), "LoraFsdp"},
+                      Variant{true, on_2_and_4("--fsdp"), "FullFsdp"},
+                      Variant{false, on_2_and_4("--activation-checkpointing"), "LoraCheckpointing"},
+                      Variant{true, on_2_and_4("--fsdp --activation-checkpointing"), "FullFsdpCheckpointing"},
+                      Variant{false, kEpMeshes, "LoraEpFsdp"}, Variant{true, kEpMeshes, "FullEpFsdp"},
+                      Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

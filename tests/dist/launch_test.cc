@@ -54,6 +54,14 @@ TEST(DistComm, DeviceMeshAxesAreConsecutiveAndStridedGroups) {
     EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] mesh ok"), std::string::npos) << r.output;
 }
 
+// Hand-derived permutation of a small expert-parallel dispatch (see the worker's case).
+TEST(DistComm, ExpertParallelDispatchMatchesHandDerivedIndices) {
+  RunResult r = run(launch(2, std::string(GLINT_DIST_WORKER) + " dispatch"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] dispatch ok"), std::string::npos) << r.output;
+}
+
 TEST(DistLaunch, FailingRankStopsTheJobAndIsNamed) {
   RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(3, std::string(GLINT_DIST_WORKER) + " die"));
   EXPECT_NE(r.exit_code, 0) << r.output;
