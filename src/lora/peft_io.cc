@@ -151,11 +151,16 @@ LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
       at::Tensor t = file.read(key);
       at::Tensor& dst = is_A ? s.A() : s.B();
       if (s.experts) {
-        int64_t E = dst.size(0);
-        at::Tensor expect = is_A ? expert_A_to_peft(dst) : expert_B_to_peft(dst);
+        // The file holds every expert; this model may hold a slice (expert parallelism).
+        int64_t E = model.config.num_experts, local = dst.size(0);
+        int64_t layer = std::stoll(s.module_path.substr(13, s.module_path.find('.', 13) - 13));
+        int64_t first = model.layer(layer)->moe->experts->first_expert;
+        std::vector<int64_t> all = dst.sizes().vec();
+        all[0] = E;
+        at::Tensor expect = is_A ? expert_A_to_peft(at::empty(all)) : expert_B_to_peft(at::empty(all));
         GLINT_CHECK(t.sizes() == expect.sizes(), wpath, ": key '", key, "' has shape ", t.sizes(),
                     ", expected ", expect.sizes());
-        t = is_A ? expert_A_from_peft(t, E) : expert_B_from_peft(t, E);
+        t = (is_A ? expert_A_from_peft(t, E) : expert_B_from_peft(t, E)).narrow(0, first, local);
       }
       GLINT_CHECK(t.sizes() == dst.sizes(), wpath, ": key '", key, "' has shape ", t.sizes(),
                   ", expected ", dst.sizes());

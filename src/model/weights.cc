@@ -96,6 +96,20 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
     DecoderLayer layer = model.layer(l);
     if (layer->moe) load_experts(*layer->moe->experts, l, ckpt, &used);
   }
+  // Layer keys the shard loader (layers == false) may read: each parameter's own name, and
+  // for packed experts also the per-expert Hub keys of every expert.
+  std::set<std::string> layer_keys;
+  if (!layers)
+    for (auto& item : model.named_parameters()) {
+      const std::string& name = item.key();
+      if (name.rfind("model.layers.", 0) != 0) continue;
+      layer_keys.insert(name);
+      if (name.find(".mlp.experts.gate_up_proj") == std::string::npos) continue;
+      int64_t l = std::stoll(name.substr(13, name.find('.', 13) - 13));
+      layer_keys.insert("model.layers." + std::to_string(l) + ".mlp.experts.down_proj");
+      for (int64_t e = 0; e < model.config.num_experts; ++e)
+        for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) layer_keys.insert(expert_key(l, e, proj));
+    }
   bool partial_experts = false;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
     DecoderLayer layer = model.layer(l);
@@ -106,7 +120,7 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
     // A tied model may still carry lm_head.weight; it must equal the embedding's role.
     if (key == "lm_head.weight" && model.config.tie_word_embeddings) continue;
     if (partial_experts && key.find(".mlp.experts.") != std::string::npos) continue;
-    if (!layers && key.rfind("model.layers.", 0) == 0) continue;  // checked by the shard loader
+    if (layer_keys.count(key)) continue;  // read by the shard loader
     fail(ckpt.dir(), ": unexpected key '", key, "' (not a parameter of ",
          model.config.model_type, " with this config.json)");
   }

@@ -121,6 +121,41 @@ TEST(Peft, SaveLoadRoundTripIsExact) {
   EXPECT_TRUE(at::equal(glint::testing::logits_of(*m), glint::testing::logits_of(*fresh)));
 }
 
+// Under expert parallelism a rank holds experts [first, first + n); loading the (whole)
+// adapter gives it exactly those experts' A and B.
+TEST(Peft, LoadingOntoAnExpertSliceTakesItsExperts) {
+  ModelConfig c = config();
+  CausalLM m(c, kF32);
+  init_weights(*m, 2);
+  LoraOptions o;
+  o.r = 2;
+  LoraModel lora = randomized_lora(*m, o);
+  std::string d = temp_dir("slice");
+  save_adapter(d, lora, "base");
+  CausalLM part(c, kF32);
+  init_weights(*part, 2);
+  const int64_t first = 1, n = 2;
+  {
+    at::NoGradGuard ng;
+    ExpertsImpl& ex = *part->layer(0)->moe->experts;
+    ex.gate_up_proj.set_(ex.gate_up_proj.narrow(0, first, n).clone());
+    ex.down_proj.set_(ex.down_proj.narrow(0, first, n).clone());
+    ex.first_expert = first;
+  }
+  LoraModel loaded = load_adapter(d, *part);
+  auto want = lora.named_parameters(), got = loaded.named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  int expert_tensors = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(want[i].first, got[i].first);
+    bool expert = want[i].first.find(".mlp.experts.") != std::string::npos;
+    expert_tensors += expert;
+    at::Tensor expected = expert ? want[i].second.narrow(0, first, n) : want[i].second;
+    EXPECT_TRUE(at::equal(expected, got[i].second)) << want[i].first;
+  }
+  EXPECT_EQ(expert_tensors, 4);
+}
+
 TEST(Peft, BadAdaptersAreErrors) {
   ModelConfig c = config();
   CausalLM m(c, kF32);

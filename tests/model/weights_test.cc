@@ -150,6 +150,17 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
   auto extra = sd;
   extra.emplace_back("model.layers.0.mlp.shared_expert.weight", at::zeros({1}));
   expect_error_naming([&] { write_and_load(extra); }, "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
+  // The sharded path (layers read later by range) reports unexpected layer keys too,
+  // and accepts every expert's per-expert key.
+  std::string d = temp_dir("bad_sharded");
+  write_checkpoint(d, extra);
+  CausalLM m(c, kF32);
+  expect_error_naming([&] { load_weights(*m, CheckpointReader(d), /*layers=*/false); },
+                      "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
+  std::string ok = temp_dir("good_sharded");
+  write_checkpoint(ok, sd);
+  CausalLM m2(c, kF32);
+  EXPECT_NO_THROW(load_weights(*m2, CheckpointReader(ok), /*layers=*/false));
 }
 
 TEST(Weights, ConfigJsonErrorsNameTheField) {
