@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build ccache pkg-config
           libtorch-dev libgloo-dev libopenblas0-pthread
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-          libgoogle-perftools-dev)
+          libgoogle-perftools-dev
+          libpcre2-dev libicu-dev
+          openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
