@@ -10,6 +10,9 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libgoogle-perftools-dev
           libpcre2-dev libicu-dev
           openmpi-bin)
+# The reference tests (tests/reference) install npm packages: Node.js and npm, from
+# Debian where the machine has none.
+command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

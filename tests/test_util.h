@@ -3,10 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
+
+#include "core/error.h"
 
 namespace glint::testing {
 
@@ -18,6 +24,29 @@ inline std::string fresh_temp_dir(const std::string& name) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
+}
+
+// Runs a shell command; its stdout and stderr together, and its exit status (128 + the
+// signal number when a signal ended it).
+inline std::string run_command(const std::string& cmd, int* exit_code) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+// The message of the glint::Error that f throws; "" when it throws none.
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const glint::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace glint::testing

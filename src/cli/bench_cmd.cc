@@ -1,5 +1,7 @@
 // glint bench: benchmark programs that print one JSON object.
 //
+// bench ep: EP x FSDP against FSDP alone on the same ranks and global batch.
+//
 // bench train: LoRA (or full) training steps on a documented MoE bench model, with the
 // achieved GFLOP/s counted from the model shape next to a sgemm rate measured in the
 // same process on the same threads.
@@ -12,9 +14,12 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "train/metrics.h"
@@ -80,20 +85,13 @@ double sgemm_gflops(int64_t n, int reps) {
   return 2.0 * n * n * n * reps / s / 1e9;
 }
 
-int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
-  LoraOptions::parse_targets(targets, "--lora-targets", &opt.lora);
-  if (opt.model_dir.empty()) opt.model_config = bench_model_config();
-  opt.data.clear();
-  opt.eval_samples = 0;
-  Trainer trainer(opt);
-  const ModelConfig& c = trainer.model().config;
-  int64_t S = opt.seq_len > 0 ? opt.seq_len : 512, B = opt.batch_size;
-  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : B;
-  // Random full-length sequences, every token labelled.
-  std::mt19937_64 rng(opt.seed);
-  std::uniform_int_distribution<int64_t> tok(0, c.vocab_size - 1);
+// Random full-length sequences, every token labelled: `rows` sequences of S tokens in
+// micro-batches of mbs.
+std::vector<Batch> random_batches(int64_t vocab, int64_t rows, int64_t S, int64_t mbs, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
   std::vector<Batch> batches;
-  for (int64_t r0 = 0; r0 < B; r0 += mbs) {
+  for (int64_t r0 = 0; r0 < rows; r0 += mbs) {
     Batch b;
     b.input_ids = at::empty({mbs, S}, at::kLong);
     auto acc = b.input_ids.accessor<int64_t, 2>();
@@ -105,6 +103,19 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
     b.label_tokens = mbs * (S - 1);
     batches.push_back(b);
   }
+  return batches;
+}
+
+int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
+  LoraOptions::parse_targets(targets, "--lora-targets", &opt.lora);
+  if (opt.model_dir.empty()) opt.model_config = bench_model_config();
+  opt.data.clear();
+  opt.eval_samples = 0;
+  Trainer trainer(opt);
+  const ModelConfig& c = trainer.model().config;
+  int64_t S = opt.seq_len > 0 ? opt.seq_len : 512, B = opt.batch_size;
+  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : B;
+  std::vector<Batch> batches = random_batches(c.vocab_size, B, S, mbs, opt.seed);
   for (int64_t i = 0; i < warmup; ++i) trainer.step(batches);
   StepStats total;
   for (int64_t i = 0; i < opt.steps; ++i) {
@@ -189,12 +200,118 @@ int run_bench_load(TrainOptions opt) {
   nlohmann::json out = {{"bench", "load"},
                         {"ranks", comm->size()},
                         {"fsdp", opt.fsdp},
+                        {"ep", opt.ep},
                         {"mode", opt.full ? "full" : "lora"},
                         {"model_mb", double(model_bytes) / (1 << 20)},
                         {"model_mb_per_rank", double(model_bytes) / (1 << 20) / comm->size()},
                         {"max_peak_rss_load_mb", max_load},
                         {"max_peak_rss_step_mb", max_step},
                         {"per_rank", ranks}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+// One variant of `bench ep` on this rank (started under `glint launch`): FSDP over all
+// ranks, with the experts either FSDP-sharded too (ep = 1) or expert-parallel. Rank 0
+// prints one JSON object with every rank's figures.
+int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
+  auto comm = Comm::create(World::from_env());
+  opt.data.clear();
+  opt.eval_samples = 0;
+  opt.fsdp = true;
+  Trainer trainer(opt, comm);
+  const int W = comm->size();
+  int64_t S = opt.seq_len, share = opt.batch_size / W;
+  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : share;
+  // Each rank its own random share of the global batch.
+  std::vector<Batch> batches = random_batches(trainer.model().config.vocab_size, share, S, mbs,
+                                              opt.seed + 7919 * comm->rank());
+  for (int64_t i = 0; i < warmup; ++i) trainer.step(batches);
+  uint64_t bytes0 = trainer.bytes_sent();
+  double seconds = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < opt.steps; ++i) {
+    StepStats st = trainer.step(batches);
+    seconds += st.seconds;
+    tokens += st.tokens;
+  }
+  double bytes_per_step = double(trainer.bytes_sent() - bytes0) / double(opt.steps);
+  at::Tensor mine = at::tensor({peak_rss_mb(), bytes_per_step / (1 << 20),
+                                double(trainer.local_weight_bytes()) / (1 << 20), seconds},
+                               at::kDouble).view({1, 4});
+  at::Tensor all = comm->gather(mine, 0);
+  if (comm->rank() != 0) return 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  double max_rss = 0, max_mb = 0, sum_mb = 0, max_s = 0;
+  for (int r = 0; r < W; ++r) {
+    auto row = all[r];
+    ranks.push_back({{"rank", r}, {"peak_rss_mb", row[0].item<double>()},
+                     {"sent_mb_per_step", row[1].item<double>()}, {"weights_mb", row[2].item<double>()}});
+    max_rss = std::max(max_rss, row[0].item<double>());
+    max_mb = std::max(max_mb, row[1].item<double>());
+    sum_mb += row[1].item<double>();
+    max_s = std::max(max_s, row[3].item<double>());
+  }
+  nlohmann::json out = {{"bench", "ep-rank"},
+                        {"ep", opt.ep},
+                        {"ranks", W},
+                        {"step_s", max_s / double(opt.steps)},
+                        {"tokens_per_s", double(tokens) / max_s},
+                        {"max_peak_rss_mb", max_rss},
+                        {"max_sent_mb_per_step", max_mb},
+                        {"mean_sent_mb_per_step", sum_mb / W},
+                        {"per_rank", ranks}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+// Runs a command, returning its output; throws glint::Error when it fails.
+std::string run_or_fail(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  GLINT_CHECK(p, "cannot start: ", cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  GLINT_CHECK(status == 0, "bench ep: this command failed:\n  ", cmd, "\n", out);
+  return out;
+}
+
+// EP x FSDP against FSDP alone on the same model, ranks and global batch: each variant
+// runs as its own `glint launch` job (so peak memory is each variant's own), and the
+// ratios compare them.
+int run_bench_ep(const TrainOptions& opt, int64_t ranks, int64_t warmup) {
+  GLINT_CHECK(!opt.model_dir.empty(), "bench ep: --model is required");
+  GLINT_CHECK(opt.ep > 1, "bench ep: --ep must be > 1 (the expert-parallel variant), got ", opt.ep);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  auto variant = [&](int64_t ep) {
+    std::ostringstream cmd;
+    cmd << self << " launch -n " << ranks << " -- " << self << " bench ep-rank --model " << opt.model_dir
+        << " --ep " << ep << " --steps " << opt.steps << " --warmup " << warmup << " --batch-size "
+        << opt.batch_size << " --seq-len " << opt.seq_len << " --micro-batch-size " << opt.micro_batch_size
+        << " --threads " << opt.threads << " --seed " << opt.seed << (opt.full ? " --full" : "");
+    std::string out = run_or_fail(cmd.str());
+    size_t at = out.find("{\"bench\":\"ep-rank\"");
+    GLINT_CHECK(at != std::string::npos, "bench ep: no result in the output of\n  ", cmd.str(), "\n", out);
+    return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
+  };
+  nlohmann::json fsdp = variant(1), ep = variant(opt.ep);
+  auto ratio = [&](const char* key) { return ep[key].get<double>() / fsdp[key].get<double>(); };
+  nlohmann::json out = {{"bench", "ep"},
+                        {"model", opt.model_dir},
+                        {"mode", opt.full ? "full" : "lora"},
+                        {"ranks", ranks},
+                        {"ep", opt.ep},
+                        {"ep_fsdp", ranks / opt.ep},
+                        {"batch_size", opt.batch_size},
+                        {"seq_len", opt.seq_len},
+                        {"fsdp", fsdp},
+                        {"ep_x_fsdp", ep},
+                        {"ratio_ep_over_fsdp",
+                         {{"tokens_per_s", ratio("tokens_per_s")},
+                          {"max_sent_mb_per_step", ratio("max_sent_mb_per_step")},
+                          {"max_peak_rss_mb", ratio("max_peak_rss_mb")}}}};
   std::cout << out.dump() << std::endl;
   return 0;
 }
@@ -224,11 +341,45 @@ Action add_bench(CLI::App& app) {
   load->add_flag("--fsdp,!--no-fsdp", load_opt->fsdp, "shard the layers (default) or replicate them")
       ->capture_default_str();
   load->add_flag("--full", load_opt->full, "full fine-tuning instead of LoRA");
+  load->add_option("--ep", load_opt->ep, "expert parallelism over N ranks")->capture_default_str();
   load->add_option("--batch-size", load_opt->batch_size)->capture_default_str();
   load->add_option("--threads", load_opt->threads)->capture_default_str();
-  return [train, opt, targets, warmup, load, load_opt]() {
+  // bench ep: the orchestrator, and the per-rank program it launches.
+  auto ep_opt = std::make_shared<TrainOptions>();
+  ep_opt->full = true;
+  ep_opt->ep = 4;
+  ep_opt->steps = 3;
+  ep_opt->batch_size = 8;
+  ep_opt->seq_len = 256;
+  ep_opt->threads = 1;
+  auto ep_ranks = std::make_shared<int64_t>(4);
+  auto ep_warmup = std::make_shared<int64_t>(1);
+  CLI::App* ep = cmd->add_subcommand(
+      "ep", "EP x FSDP vs FSDP alone: tokens/s, bytes sent and peak memory per rank, as ratios");
+  CLI::App* ep_rank = cmd->add_subcommand("ep-rank", "one variant of bench ep (run under glint launch)");
+  ep_rank->group("");  // internal
+  for (CLI::App* c : {ep, ep_rank}) {
+    c->add_option("--model", ep_opt->model_dir, "Hugging Face model directory (an MoE model)")->required();
+    c->add_option("--ep", ep_opt->ep, "expert-parallel degree of the EP variant")->capture_default_str();
+    c->add_option("--steps", ep_opt->steps, "timed steps")->capture_default_str();
+    c->add_option("--warmup", *ep_warmup, "untimed steps first")->capture_default_str();
+    c->add_option("--batch-size", ep_opt->batch_size, "global sequences per step")->capture_default_str();
+    c->add_option("--micro-batch-size", ep_opt->micro_batch_size)->capture_default_str();
+    c->add_option("--seq-len", ep_opt->seq_len)->capture_default_str();
+    c->add_option("--threads", ep_opt->threads, "intra-op threads per rank")->capture_default_str();
+    c->add_option("--seed", ep_opt->seed)->capture_default_str();
+    c->add_flag("--full,!--lora", ep_opt->full, "full fine-tuning (default) or LoRA");
+  }
+  ep->add_option("--ranks", *ep_ranks, "processes per variant")->capture_default_str();
+  Action tokenize_action;
+  CLI::App* tokenize = add_bench_tokenize(*cmd, &tokenize_action);
+  return [train, opt, targets, warmup, load, load_opt, tokenize, tokenize_action, ep, ep_rank, ep_opt,
+          ep_ranks, ep_warmup]() {
     if (train->parsed()) return run_bench_train(*opt, *warmup, *targets);
+    if (ep->parsed()) return run_bench_ep(*ep_opt, *ep_ranks, *ep_warmup);
+    if (ep_rank->parsed()) return run_bench_ep_rank(*ep_opt, *ep_warmup);
     if (load->parsed()) return run_bench_load(*load_opt);
+    if (tokenize->parsed()) return tokenize_action();
     return 2;
   };
 }

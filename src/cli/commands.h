@@ -16,5 +16,12 @@ Action add_train(CLI::App& app);
 Action add_init_model(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_launch(CLI::App& app);
+Action add_data(CLI::App& app);
+// glint template (src/cli/template_cmd.cc).
+Action add_template(CLI::App& app);
+// glint tokenize (src/cli/tokenize_cmd.cc).
+Action add_tokenize(CLI::App& app);
+// Adds `bench tokenize` under `bench`; *action runs it when that subcommand was parsed.
+CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
 
 }  // namespace glint::cli

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   add(glint::cli::add_init_model);
   add(glint::cli::add_bench);
   add(glint::cli::add_launch);
+  add(glint::cli::add_data);
+  add(glint::cli::add_template);
+  add(glint::cli::add_tokenize);
   try {
     // CLI11 parses in reverse order; expand --config of the subcommand first.
     std::vector<std::string> args(argv + 1, argv + argc);

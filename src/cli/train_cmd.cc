@@ -16,7 +16,14 @@ namespace glint::cli {
 // Registers the TrainOptions flags on `cmd`; shared by train and bench.
 void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--model", o->model_dir, "Hugging Face model directory (default: built-in tiny Qwen3-MoE)");
-  cmd->add_option("--data", o->data, "pre-tokenized JSONL (default: built-in reverse-digits task)");
+  cmd->add_option("--data", o->data,
+                  "JSONL of {\"messages\"} chats, {\"prompt\",\"completion\"}, {\"text\"} or pre-tokenized "
+                  "{\"input_ids\"} (default: built-in reverse-digits task)");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer directory for text data (default: --model)");
+  cmd->add_option("--max-bad-lines", o->max_bad_lines, "skip and count up to N malformed data lines")
+      ->capture_default_str();
+  cmd->add_option("--enable-thinking", o->enable_thinking,
+                  "chat template variable enable_thinking: true or false (default: the template's)");
   cmd->add_option("--output", o->output, "run directory")->capture_default_str();
   cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sequences per optimizer step")->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <cstdio>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "data/collate.h"
 #include "data/sampler.h"
 #include "data/synthetic.h"
+#include "data/text_dataset.h"
 #include "data/tokenized_jsonl.h"
 #include "dist/comm.h"
 #include "lora/peft_io.h"
@@ -50,6 +52,7 @@ void TrainOptions::validate() const {
   GLINT_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
   GLINT_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   GLINT_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
+  GLINT_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
   GLINT_CHECK(!output.empty(), "--output must not be empty");
   adam.validate("AdamW options");
   if (!full) lora.validate("LoRA options");
@@ -83,8 +86,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     // experts under EP; only the root here and its layer shards in FsdpRunner under FSDP).
     TensorPlacement lazy = place;
     lazy.lazy = true;
+    ModelConfig config = ModelConfig::from_file(cfg_path);  // its errors first
     checkpoint = std::make_unique<CheckpointReader>(opt_.model_dir);
-    model_ = CausalLM(ModelConfig::from_file(cfg_path), lazy);
+    model_ = CausalLM(config, lazy);
   }
   validate_expert_mesh(model_->config, W, opt_.ep, opt_.ep_layout);
   expert_replicas_ = comm_;
@@ -105,9 +109,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : task.max_sample_len();
     collate.pad_id = ReverseDigitsTask::kPad;
   } else {
-    samples_ = read_tokenized_jsonl(opt_.data, vocab);
     collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : 128;
     collate.pad_id = 0;
+    if (is_pretokenized_jsonl(opt_.data)) samples_ = read_tokenized_jsonl(opt_.data, vocab);
+    else samples_ = read_text_data(collate.seq_len, vocab, &collate.pad_id);
   }
   collate.pack = opt_.pack;
   data_.reset(new DataState{EpochSampler(samples_.size(), opt_.seed), collate});
@@ -166,6 +171,31 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
 }
 
 Trainer::~Trainer() = default;
+
+std::vector<Sample> Trainer::read_text_data(int64_t seq_len, int64_t vocab, int64_t* pad_id) {
+  const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
+  GLINT_CHECK(!dir.empty(), opt_.data, " holds text (messages, prompt/completion or text lines); tokenizing it "
+              "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
+  TextTokenizer text = TextTokenizer::load(dir);
+  GLINT_CHECK(text.tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ", text.tokenizer.vocab_size(),
+              " tokens but the model's vocab_size is ", vocab);
+  *pad_id = std::max(text.pad_id, 0);
+  TextDataOptions o;
+  o.seq_len = seq_len;
+  o.max_bad_lines = opt_.max_bad_lines;
+  o.set_enable_thinking(opt_.enable_thinking);
+  TextDataStats st;
+  std::vector<Sample> samples =
+      read_text_jsonl(opt_.data, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s: %lld samples from %lld lines (%lld cut to --seq-len %lld, %lld with nothing "
+                "left to train, %lld bad lines skipped)",
+                opt_.data.c_str(), (long long)st.samples, (long long)st.lines, (long long)st.truncated,
+                (long long)seq_len, (long long)st.dropped, (long long)st.bad_lines);
+  data_summary_ = buf;
+  if (st.bad_lines > 0) data_summary_ += "; first bad line: " + st.first_bad;
+  return samples;
+}
 
 std::vector<Batch> Trainer::next_micro_batches() {
   // Every rank draws the same global batch and keeps its contiguous share, so the split
@@ -459,6 +489,7 @@ void Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(opt_.output + "/metrics.jsonl");
   }
   Progress progress(lead ? opt_.steps : 0);
+  if (lead && !data_summary_.empty()) progress.line(data_summary_.c_str());
   auto say = [&](const char* line) {
     if (lead) progress.line(line);
   };

@@ -19,7 +19,12 @@ struct TrainOptions {
   std::string model_dir;         // Hugging Face model directory; "" = a random model of
                                  // model_config's shape (default: built-in tiny Qwen3-MoE)
   std::optional<ModelConfig> model_config;
-  std::string data;              // pre-tokenized JSONL; "" = built-in reverse-digits task
+  std::string data;              // JSONL of chats ({"messages"}), {"prompt","completion"},
+                                 // {"text"} or pre-tokenized {"input_ids"}; "" = built-in
+                                 // reverse-digits task
+  std::string tokenizer;         // tokenizer directory for text data; "" = model_dir
+  int64_t max_bad_lines = 0;     // malformed data lines to skip (counted) before failing
+  std::string enable_thinking;   // chat template variable: "true", "false" or "" (unset)
   std::string output = "glint-out";  // run directory
   int64_t steps = 1000;          // optimizer steps
   int64_t batch_size = 32;       // sequences per optimizer step, over all ranks
@@ -106,6 +111,8 @@ class Trainer {
     Comm* replicas = nullptr;
     int copies = 1;  // ranks holding an identical copy
   };
+  // Tokenizes text data (see data/text_dataset.h); sets the padding id.
+  std::vector<Sample> read_text_data(int64_t seq_len, int64_t vocab, int64_t* pad_id);
   void save();
   void save_full_model();
   void all_reduce_grads();
@@ -131,6 +138,7 @@ class Trainer {
   std::unique_ptr<DataState> data_;
   int64_t step_ = 0;
   bool builtin_task_ = false;
+  std::string data_summary_;  // what the data file gave, reported by rank 0
 };
 
 // Greedy completion of each prompt for up to max_new tokens (stops at `eos`); runs the

@@ -14,16 +14,7 @@
 
 namespace {
 
-std::string run(const std::string& cmd, int* code) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
-}
+std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
 
 std::vector<nlohmann::json> metrics(const std::string& path) {
   std::vector<nlohmann::json> out;

@@ -1,0 +1,76 @@
+// glint data preview: a data file's first samples as the trainer sees them, with the
+// tokens that are trained on marked.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/text_dataset.h"
+
+namespace glint::cli {
+
+namespace {
+
+struct PreviewOptions {
+  std::string model_dir, tokenizer, data, enable_thinking;
+  int64_t count = 1, seq_len = 0, max_bad_lines = 0;
+};
+
+int run_preview(const PreviewOptions& p) {
+  const std::string dir = p.tokenizer.empty() ? p.model_dir : p.tokenizer;
+  TextTokenizer text = TextTokenizer::load(dir);
+  TextDataOptions o;
+  o.seq_len = p.seq_len;
+  o.max_bad_lines = p.max_bad_lines;
+  o.set_enable_thinking(p.enable_thinking);
+  TextDataStats st;
+  std::vector<Sample> samples =
+      read_text_jsonl(p.data, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
+  // Trained tokens in green on a terminal, else between ⟦ and ⟧.
+  const bool tty = isatty(STDOUT_FILENO);
+  const std::string open = tty ? "\033[32m" : "⟦", close = tty ? "\033[0m" : "⟧";
+  for (int64_t k = 0; k < std::min<int64_t>(p.count, int64_t(samples.size())); ++k) {
+    const Sample& s = samples[k];
+    int64_t trained = 0;
+    std::string out;
+    for (size_t i = 0; i < s.input_ids.size();) {
+      bool on = s.labels[i] != kIgnoreIndex;
+      std::vector<int32_t> run;
+      for (; i < s.input_ids.size() && (s.labels[i] != kIgnoreIndex) == on; ++i) run.push_back(int32_t(s.input_ids[i]));
+      if (on) trained += int64_t(run.size());
+      std::string piece = text.tokenizer.decode(run);
+      out += on ? open + piece + close : piece;
+    }
+    std::cout << "--- sample " << k << ": " << s.input_ids.size() << " tokens, " << trained << " trained\n"
+              << out << "\n";
+  }
+  std::cout << "--- " << st.samples << " samples from " << st.lines << " lines (" << st.truncated
+            << " cut to --seq-len, " << st.dropped << " with nothing left to train, " << st.bad_lines
+            << " bad lines skipped)\n";
+  return 0;
+}
+
+}  // namespace
+
+Action add_data(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("data", "inspect training data");
+  cmd->require_subcommand(1);
+  auto p = std::make_shared<PreviewOptions>();
+  CLI::App* preview = cmd->add_subcommand("preview", "show samples with their trained tokens marked");
+  preview->add_option("--model", p->model_dir, "Hugging Face model directory (its tokenizer)");
+  preview->add_option("--tokenizer", p->tokenizer, "tokenizer directory (default: --model)");
+  preview->add_option("--data", p->data, "JSONL of chats, prompt/completion pairs or text")->required();
+  preview->add_option("--count", p->count, "samples to show")->capture_default_str();
+  preview->add_option("--seq-len", p->seq_len, "cut samples to this many tokens (0: no limit)")->capture_default_str();
+  preview->add_option("--max-bad-lines", p->max_bad_lines)->capture_default_str();
+  preview->add_option("--enable-thinking", p->enable_thinking, "chat template variable: true or false");
+  return [p]() {
+    GLINT_CHECK(!p->model_dir.empty() || !p->tokenizer.empty(), "data preview: --model or --tokenizer is required");
+    return run_preview(*p);
+  };
+}
+
+}  // namespace glint::cli

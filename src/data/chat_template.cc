@@ -1,0 +1,133 @@
+#include "data/chat_template.h"
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "data/jinja.h"
+
+namespace glint {
+namespace {
+
+const char* const kSpecialTokens[] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+
+std::shared_ptr<jinja::Template> compile(const std::string& source, const std::string& label) {
+  return std::make_shared<jinja::Template>(source, label);
+}
+
+// bos/eos/pad/unk_token of a tokenizer config: a string or {"content": string}; null or
+// absent ones are left out (as transformers' special_tokens_map does).
+std::map<std::string, std::string> special_tokens_of(const nlohmann::json& config, const std::string& origin) {
+  std::map<std::string, std::string> out;
+  for (const char* key : kSpecialTokens) {
+    auto tok = config.find(key);
+    if (tok == config.end() || tok->is_null()) continue;
+    if (tok->is_string()) out[key] = tok->get<std::string>();
+    else if (tok->is_object() && tok->contains("content") && (*tok)["content"].is_string())
+      out[key] = (*tok)["content"].get<std::string>();
+    else
+      fail(origin, ": ", key, " must be a string or {\"content\": string}, got ", tok->dump());
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::load(const std::string& dir) {
+  std::string config_path = dir + "/tokenizer_config.json";
+  std::string jinja_path = dir + "/chat_template.jinja";
+  nlohmann::json config = nlohmann::json::object();
+  bool have_config = path_exists(config_path);
+  if (have_config) config = read_json_file(config_path);
+  GLINT_CHECK(have_config || path_exists(jinja_path), "no tokenizer_config.json or chat_template.jinja in ", dir);
+  bool has_template = config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
+  if (!has_template && path_exists(jinja_path)) {
+    GLINT_CHECK(config.is_object(), config_path, ": expected a JSON object");
+    ChatTemplate t;
+    t.origin_ = jinja_path;
+    t.templates_.emplace_back("default", compile(read_file(jinja_path), jinja_path));
+    t.special_tokens_ = special_tokens_of(config, config_path);
+    return t;
+  }
+  GLINT_CHECK(has_template, config_path, " has no \"chat_template\" and there is no ", jinja_path,
+              " (this tokenizer defines no chat format)");
+  return from_config(config, config_path);
+}
+
+ChatTemplate ChatTemplate::from_config(const nlohmann::json& config, const std::string& origin) {
+  GLINT_CHECK(config.is_object(), origin, ": expected a JSON object");
+  ChatTemplate t;
+  t.origin_ = origin;
+  auto it = config.find("chat_template");
+  GLINT_CHECK(it != config.end() && !it->is_null(), origin, " has no \"chat_template\" (this tokenizer defines no chat format)");
+  if (it->is_string()) {
+    t.templates_.emplace_back("default", compile(it->get<std::string>(), origin + " chat_template"));
+  } else if (it->is_array()) {
+    for (size_t k = 0; k < it->size(); ++k) {
+      const auto& e = (*it)[k];
+      GLINT_CHECK(e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("template") &&
+                      e["template"].is_string(),
+                  origin, ": chat_template[", k, "] must be {\"name\": string, \"template\": string}, got ", e.dump());
+      std::string name = e["name"].get<std::string>();
+      t.templates_.emplace_back(name, compile(e["template"].get<std::string>(), origin + " chat_template '" + name + "'"));
+    }
+    GLINT_CHECK(!t.templates_.empty(), origin, ": chat_template is an empty list");
+  } else {
+    fail(origin, ": chat_template must be a string or a list of {name, template}, got ", it->type_name());
+  }
+  t.special_tokens_ = special_tokens_of(config, origin);
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_source(const std::string& source, std::map<std::string, std::string> special_tokens) {
+  ChatTemplate t;
+  t.origin_ = "chat template";
+  t.templates_.emplace_back("default", compile(source, "chat template"));
+  t.special_tokens_ = std::move(special_tokens);
+  return t;
+}
+
+std::vector<std::string> ChatTemplate::template_names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : templates_) out.push_back(kv.first);
+  return out;
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const {
+  GLINT_CHECK(messages.is_array(), "chat messages must be a JSON list of message objects, got ", messages.type_name());
+  for (size_t k = 0; k < messages.size(); ++k)
+    GLINT_CHECK(messages[k].is_object(), "chat message ", k, " must be a JSON object, got ", messages[k].dump());
+  GLINT_CHECK(o.tools.is_null() || o.tools.is_array(), "tools must be a JSON list, got ", o.tools.type_name());
+  GLINT_CHECK(o.extra.is_object(), "extra template variables must be a JSON object");
+
+  auto find = [&](const std::string& n) -> const jinja::Template* {
+    for (const auto& kv : templates_)
+      if (kv.first == n) return kv.second.get();
+    return nullptr;
+  };
+  const jinja::Template* tpl = nullptr;
+  if (templates_.size() == 1 && o.template_name.empty()) {
+    tpl = templates_[0].second.get();
+  } else {
+    std::string want = o.template_name;
+    if (want.empty()) want = !o.tools.is_null() && find("tool_use") ? "tool_use" : "default";
+    tpl = find(want);
+    if (!tpl) {
+      std::string names;
+      for (const auto& kv : templates_) names += (names.empty() ? "" : ", ") + kv.first;
+      fail(origin_, ": no chat template named '", want, "' (available: ", names, ")");
+    }
+  }
+
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+  ctx["messages"] = messages;
+  if (!o.tools.is_null()) ctx["tools"] = o.tools;
+  ctx["add_generation_prompt"] = o.add_generation_prompt;
+  for (const auto& [k, v] : special_tokens_) ctx[k] = v;
+  for (auto it = o.extra.begin(); it != o.extra.end(); ++it) {
+    GLINT_CHECK(it.key() != "messages" && it.key() != "tools" && it.key() != "add_generation_prompt",
+                "extra template variable '", it.key(), "' would replace a chat template input");
+    ctx[it.key()] = it.value();
+  }
+  return tpl->render(ctx);
+}
+
+}  // namespace glint

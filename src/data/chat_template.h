@@ -1,0 +1,53 @@
+// Chat templates of Hugging Face tokenizers: load the Jinja `chat_template` of a
+// tokenizer directory and render a conversation to the prompt string the model was
+// trained on, as transformers' apply_chat_template(tokenize=False) does (rendered with
+// the semantics of @huggingface/jinja, see data/jinja.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace glint {
+
+namespace jinja {
+class Template;
+}
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = false;  // end with the opening of an assistant turn
+  nlohmann::ordered_json tools;        // null: no `tools` variable; else a list of tool schemas
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more variables, e.g. enable_thinking
+  std::string template_name;           // "": "tool_use" when tools are given and it exists, else "default"
+};
+
+class ChatTemplate {
+ public:
+  // Loads DIR/tokenizer_config.json: `chat_template` as a string or as a list of
+  // {"name", "template"}; when the config has none, DIR/chat_template.jinja. Special
+  // tokens bos/eos/pad/unk_token (a string or {"content": ...}) become variables.
+  // Throws glint::Error naming the file when there is no chat template or it is malformed.
+  static ChatTemplate load(const std::string& tokenizer_dir);
+  // The same from an already parsed tokenizer_config.json; `origin` names it in errors.
+  static ChatTemplate from_config(const nlohmann::json& config, const std::string& origin);
+  // A single template source with explicit special tokens (tests, custom templates).
+  static ChatTemplate from_source(const std::string& source, std::map<std::string, std::string> special_tokens = {});
+
+  // Renders `messages` (a JSON list of message objects). Throws glint::Error on bad
+  // input or a template error (a raise_exception() message included verbatim).
+  std::string render(const nlohmann::ordered_json& messages, const ChatRenderOptions& options = {}) const;
+
+  std::vector<std::string> template_names() const;
+  // Special token variables ("bos_token" -> "<s>"); absent when the config has none.
+  const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
+
+ private:
+  std::vector<std::pair<std::string, std::shared_ptr<jinja::Template>>> templates_;
+  std::map<std::string, std::string> special_tokens_;
+  std::string origin_;
+};
+
+}  // namespace glint

@@ -1,0 +1,92 @@
+// Text training data: JSONL of chats, prompt/completion pairs or plain text, turned into
+// the token ids and labels the Python stack (transformers' apply_chat_template and the
+// tokenizer) would produce.
+//
+// Line forms (one JSON object per line; blank lines are skipped):
+//   {"messages": [...], "tools": [...]}   OpenAI chat format (tool calls and tool
+//                                          results included): rendered with the model's
+//                                          chat template, tokenized without added special
+//                                          tokens; only assistant turns are trained
+//   {"prompt": "...", "completion": "..."} tokenized as prompt + completion (+ EOS); the
+//                                          tokens holding completion bytes and EOS are
+//                                          trained (" Paris" after "France:" included)
+//   {"text": "..."}                        tokenized (+ EOS); every token is trained
+//
+// Assistant spans come from rendering the conversation incrementally: for assistant
+// message i, the render of messages[0, i) with the generation prompt ends where the turn
+// starts, and the render of messages[0, i] ends where it ends (trailing whitespace after
+// the end-of-turn token is not trained). When those renders are prefixes of the whole
+// conversation's render, the conversation is one sample with every assistant span
+// trained. A template that renders earlier turns differently once later turns follow
+// (Qwen3 drops earlier turns' thinking) gives one sample per assistant turn instead,
+// each the conversation up to that turn as the model sees it when it writes the turn.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/chat_template.h"
+#include "data/sample.h"
+#include "data/tokenizer.h"
+
+namespace glint {
+
+// What a tokenizer directory provides: tokenizer.json, the chat template and special
+// tokens of tokenizer_config.json (when it has them).
+struct TextTokenizer {
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat;  // absent when the directory has no chat template
+  int32_t eos_id = -1;               // eos_token's id, or -1
+  int32_t pad_id = -1;               // pad_token's id, else eos_id, else -1
+  static TextTokenizer load(const std::string& dir);
+};
+
+struct TextDataOptions {
+  int64_t seq_len = 0;        // samples longer than this are cut (0: no limit)
+  int64_t max_bad_lines = 0;  // malformed lines skipped and counted; the next one stops
+                              // the run with file:line and the reason
+  ChatRenderOptions render;   // chat rendering: extra variables such as enable_thinking
+  int threads = 0;            // tokenization threads (0: all cores)
+
+  // --enable-thinking: "true" or "false" sets the template variable, "" leaves it unset
+  // (the template's default). Anything else throws glint::Error naming the value.
+  void set_enable_thinking(const std::string& value);
+};
+
+struct TextDataStats {
+  int64_t lines = 0;       // non-blank lines
+  int64_t samples = 0;     // samples produced
+  int64_t bad_lines = 0;   // skipped under max_bad_lines
+  int64_t truncated = 0;   // samples cut to seq_len
+  int64_t dropped = 0;     // samples with nothing left to train after the cut
+  std::string first_bad;   // "file:line: reason" of the first skipped line
+};
+
+// One conversation -> one or more samples (see the file comment). Throws glint::Error
+// for a message list that is empty or not a list, a message without a string role, an
+// unknown role (system, user, assistant, tool are known), an assistant turn with neither
+// content nor tool calls, a conversation without an assistant turn, or a template error.
+std::vector<Sample> tokenize_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                  const ChatRenderOptions& options);
+
+// prompt + completion -> one sample with the completion (and EOS when eos_id >= 0) trained.
+Sample tokenize_prompt_completion(const std::string& prompt, const std::string& completion,
+                                  const Tokenizer& tokenizer, int32_t eos_id);
+
+// Reads and tokenizes every line of `path` in parallel before training starts. chat
+// lines need `chat_template` (null: a chat line is an error naming the line). Throws
+// glint::Error "path:line: reason" for the first bad line beyond max_bad_lines, or when
+// the file yields no samples.
+std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& tokenizer,
+                                    const ChatTemplate* chat_template, int32_t eos_id,
+                                    const TextDataOptions& options, TextDataStats* stats);
+
+// Whether the first non-blank line of a JSONL file is pre-tokenized ({"input_ids": ...}).
+bool is_pretokenized_jsonl(const std::string& path);
+
+}  // namespace glint

