@@ -83,7 +83,7 @@ at::Tensor LoraLinear::delta(const at::Tensor& x) const {
 LoraExperts::LoraExperts(at::Tensor A_, at::Tensor B_, double s)
     : A(std::move(A_)), B(std::move(B_)), scale(s) {}
 
-at::Tensor LoraExperts::delta(const at::Tensor& x, const std::vector<int64_t>& counts) const {
+at::Tensor LoraExperts::delta(const at::Tensor& x, const std::vector<int64_t>& counts, const at::Tensor&) const {
   auto dt = x.scalar_type();
   std::vector<at::Tensor> As = A.to(dt).unbind(0), Bs = B.to(dt).unbind(0);
   std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
@@ -143,11 +143,12 @@ bool has_adapters(CausalLMImpl& model) {
   return false;
 }
 
-LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed) {
+namespace {
+
+// The adapters of `options` for `model`, attached to it when `attach`.
+LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed, bool attach) {
   options.validate("LoRA options");
-  GLINT_CHECK(!has_adapters(model), "LoRA: the model already has adapters attached; detach them first");
   at::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) p.set_requires_grad(false);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   auto dev = model.placement.device;
   double scale = options.scale();
@@ -174,7 +175,7 @@ LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
     module_used[it - options.target_modules.begin()] = true;
     auto ad = std::make_shared<LoraLinear>(init_A({r, lin->in_features()}, lin->in_features()),
                                            zeros({lin->out_features(), r}), scale);
-    lin->adapter = ad;
+    if (attach) lin->adapter = ad;
     lm.sites.push_back({path + "." + name, "", ad, nullptr});
   };
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
@@ -208,8 +209,8 @@ LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
                            .clone()
                            .set_requires_grad(true);
         auto ad = std::make_shared<LoraExperts>(A, zeros({E, out, r}), scale);
-        if (name == "gate_up_proj") ex.gate_up_adapter = ad;
-        else ex.down_adapter = ad;
+        if (attach && name == "gate_up_proj") ex.gate_up_adapter = ad;
+        else if (attach) ex.down_adapter = ad;
         lm.sites.push_back({lp + ".mlp.experts", name, nullptr, ad});
       }
     }
@@ -232,6 +233,21 @@ LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
                 "' matches no parameter of this ", model.config.model_type,
                 " model (it has no MoE layers)");
   return lm;
+}
+
+}  // namespace
+
+LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed) {
+  GLINT_CHECK(!has_adapters(model), "LoRA: the model already has adapters attached; detach them first");
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.set_requires_grad(false);
+  }
+  return build_lora(model, options, seed, /*attach=*/true);
+}
+
+LoraModel make_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed) {
+  return build_lora(model, options, seed, /*attach=*/false);
 }
 
 }  // namespace glint

@@ -55,7 +55,8 @@ class LoraLinear : public LinearAdapter {
 class LoraExperts : public ExpertAdapter {
  public:
   LoraExperts(at::Tensor A, at::Tensor B, double scale);
-  at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts) const override;
+  at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
+                   const at::Tensor& tags = at::Tensor()) const override;
   at::Tensor A;  // [E, r, in]
   at::Tensor B;  // [E, out, r]
   double scale;
@@ -93,5 +94,9 @@ bool has_adapters(CausalLMImpl& model);
 // B zeros) to every target in `model`; freezes the base parameters. Deterministic in
 // seed. A target that matches nothing throws glint::Error naming it.
 LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed);
+
+// The same adapters (same values for the same seed) without attaching them to the model
+// or freezing it: the multi-tenant adapter bank routes each tenant's rows through them.
+LoraModel make_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed);
 
 }  // namespace glint

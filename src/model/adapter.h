@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace glint {
@@ -25,8 +26,19 @@ class LinearAdapter {
 class ExpertAdapter {
  public:
   virtual ~ExpertAdapter() = default;
-  // x: [N, in] tokens grouped by local expert, counts[e] rows for expert e  ->  [N, out]
-  virtual at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts) const = 0;
+  // x: [N, in] tokens grouped by local expert, counts[e] rows for expert e  ->  [N, out].
+  // tags: [N] int64 tag of each row's token (see TokenTags), or undefined.
+  virtual at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
+                           const at::Tensor& tags) const = 0;
+};
+
+// Integer tags of the tokens of the current micro-batch, set from outside the model
+// (multi-tenant LoRA: the slot of each sequence's tenant, -1 for none). Tags travel with
+// their tokens through the MoE dispatch to the experts' adapters.
+struct TokenTags {
+  at::Tensor rows;  // [B] int64: one tag per sequence, or undefined (no tags)
+  // [B*S] int64: each token's tag (its sequence's), for a batch of S tokens per row.
+  at::Tensor per_token(int64_t tokens) const;
 };
 
 }  // namespace glint

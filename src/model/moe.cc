@@ -16,6 +16,7 @@ TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r
   d.token_index = at::div(order, K, "floor");                       // [N]
   d.weight = r.weights.reshape({-1}).index_select(0, order);        // [N]
   d.tokens = x.index_select(0, d.token_index);                      // [N, H]
+  if (r.tags.defined()) d.tags = r.tags.index_select(0, d.token_index);  // [N]
   at::Tensor counts = at::bincount(flat_experts, {}, num_experts).to(at::kCPU);  // one sync
   d.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   return d;
@@ -44,7 +45,8 @@ ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate
   down_proj = register_parameter("down_proj", new_weight({num_local, hidden, intermediate}, p));
 }
 
-at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts) {
+at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts,
+                                const at::Tensor& tags) {
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
   int64_t I = intermediate();
@@ -58,10 +60,10 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
     return at::cat(parts, 0);
   };
   at::Tensor h = grouped(x, w_gu);                                   // [N, 2I]
-  if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts);
+  if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts, tags);
   at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);  // [N, I]
   at::Tensor y = grouped(act, w_dn);                                 // [N, H]
-  if (down_adapter) y = y + down_adapter->delta(act, counts);
+  if (down_adapter) y = y + down_adapter->delta(act, counts, tags);
   return y;
 }
 
@@ -88,11 +90,18 @@ Routing MoeBlockImpl::route(const at::Tensor& x) const {
 
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
   Routing r = route(x);
+  if (token_tags && token_tags->rows.defined()) r.tags = token_tags->per_token(x.size(0));
   TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
-  at::Tensor y = experts->forward(d.tokens, d.counts);
+  at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
   at::Tensor out = dispatcher->combine(y, d, x.size(0));
   if (routing_out) *routing_out = std::move(r);
   return out;
+}
+
+at::Tensor TokenTags::per_token(int64_t tokens) const {
+  const int64_t B = rows.size(0);
+  GLINT_CHECK(B > 0 && tokens % B == 0, "token tags: ", tokens, " tokens are not whole rows of ", B, " sequences");
+  return rows.repeat_interleave(tokens / B);  // row-major [B, S] flattened
 }
 
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits,

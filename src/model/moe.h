@@ -21,6 +21,7 @@ struct Routing {
   at::Tensor logits;   // [T, E] float32, before softmax
   at::Tensor weights;  // [T, K] in the hidden dtype (renormalized when norm_topk_prob)
   at::Tensor experts;  // [T, K] int64 expert ids
+  at::Tensor tags;     // [T] int64 token tags (TokenTags), or undefined
 };
 
 // Moves routed token copies to the experts that compute them and back.
@@ -33,6 +34,7 @@ class TokenDispatcher {
     std::vector<int64_t> counts;  // [E_local] tokens per local expert (host)
     at::Tensor token_index;       // [N] source token of each sorted copy
     at::Tensor weight;            // [N] routing weight of each sorted copy
+    at::Tensor tags;              // [N_local] tag of each grouped row (undefined: no tags)
     // Expert-parallel dispatch: rows per peer each way, and the permutation between the
     // received order (by source rank, then expert) and the grouped order (by expert).
     std::vector<int64_t> send_splits, recv_splits;  // [ep]
@@ -73,8 +75,10 @@ class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
               const TensorPlacement& place, int64_t first_expert = 0);
-  // x [N, H] grouped by local expert with counts[e] rows each  ->  [N, H]
-  at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& counts);
+  // x [N, H] grouped by local expert with counts[e] rows each  ->  [N, H]; tags [N] are
+  // passed to the adapters (undefined: none).
+  at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& counts,
+                     const at::Tensor& tags = at::Tensor());
   int64_t num_local() const { return gate_up_proj.size(0); }
   int64_t intermediate() const { return down_proj.size(2); }
 
@@ -98,6 +102,7 @@ class MoeBlockImpl : public torch::nn::Module {
   Linear gate{nullptr};  // router, weight [E, H]; never adapted
   Experts experts{nullptr};
   std::shared_ptr<TokenDispatcher> dispatcher;
+  std::shared_ptr<const TokenTags> token_tags;  // set from outside; null: no tags
 };
 TORCH_MODULE(MoeBlock);
 

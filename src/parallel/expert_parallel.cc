@@ -106,6 +106,10 @@ TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& 
   d.grouped_from_received = perm.to(x.device());
   d.received_from_grouped = inverse.to(x.device());
   d.tokens = received.index_select(0, d.grouped_from_received);  // [N_local, H]
+  if (d.tags.defined())  // the tags travel with their tokens
+    d.tags = comm_->all_to_all(d.tags.to(at::kCPU), d.send_splits, d.recv_splits)
+                 .to(x.device())
+                 .index_select(0, d.grouped_from_received);
   d.counts = std::move(local_counts);
   return d;
 }

@@ -185,6 +185,7 @@ int dispatch_case(std::shared_ptr<glint::Comm> c) {
                            : at::tensor({1, 3, 1, 0, 3, 1}, at::kLong).view({3, 2});
   routing.weights = r == 0 ? at::tensor({0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f}).view({3, 2})
                            : at::tensor({0.9f, 0.1f, 0.2f, 0.8f, 0.35f, 0.65f}).view({3, 2});
+  routing.tags = at::tensor({100 * r, 100 * r + 1, 100 * r + 2}, at::kLong);  // travel with their tokens
   glint::AllToAllTokenDispatcher dispatcher(c, E);
   auto d = dispatcher.dispatch(x, routing);
   std::vector<std::pair<int, int>> want_rows;  // (rank, token) per grouped row
@@ -206,6 +207,9 @@ int dispatch_case(std::shared_ptr<glint::Comm> c) {
   for (size_t i = 0; i < want_rows.size(); ++i)
     want_tokens[i] = at::tensor(token(want_rows[i].first, want_rows[i].second));
   expect_equal("dispatched tokens", d.tokens.detach(), want_tokens);
+  std::vector<int64_t> want_tags;
+  for (const auto& [rank, t] : want_rows) want_tags.push_back(100 * rank + t);
+  expect_equal("dispatched tags", d.tags, at::tensor(want_tags));
   expect_equal("local expert counts", at::tensor(d.counts), at::tensor(want_counts));
   expect_equal("grouped_from_received", d.grouped_from_received, at::tensor(want_perm));
   expect_equal("send splits", at::tensor(d.send_splits), at::tensor(want_send));

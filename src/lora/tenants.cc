@@ -1,0 +1,197 @@
+#include "lora/tenants.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "model/causal_lm.h"
+
+namespace glint {
+
+// Row indices of each slot in the current micro-batch, computed once per set_rows().
+struct TenantBank::Routing {
+  std::vector<at::Tensor> rows_of_slot;  // per slot: [n_s] int64 row indices (may be empty)
+};
+
+namespace {
+
+// Applies each slot's LoRA to the slot's sequences: x [B, S, in] -> [B, S, out].
+class TenantLinear : public LinearAdapter {
+ public:
+  TenantLinear(std::shared_ptr<const TenantBank::Routing> routing, int64_t slots, int64_t out)
+      : routing_(std::move(routing)), slots_(slots), out_(out) {}
+  at::Tensor delta(const at::Tensor& x) const override {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out_;
+    at::Tensor out = at::zeros(shape, x.options());
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const at::Tensor& rows = routing_->rows_of_slot.at(s);
+      if (!slots_[s] || rows.numel() == 0) continue;
+      out = out.index_add(0, rows, slots_[s]->delta(x.index_select(0, rows)));
+    }
+    return out;
+  }
+  std::shared_ptr<const TenantBank::Routing> routing_;
+  std::vector<std::shared_ptr<LoraLinear>> slots_;  // null where the slot's tenant has none
+  int64_t out_;
+};
+
+// Applies each slot's expert LoRA to the slot's routed copies: x [N, in] grouped by local
+// expert, tags [N] -> [N, out]. A slot's rows keep their order, so they stay grouped.
+class TenantExperts : public ExpertAdapter {
+ public:
+  TenantExperts(int64_t slots, int64_t out) : slots_(slots), out_(out) {}
+  at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
+                   const at::Tensor& tags) const override {
+    at::Tensor out = at::zeros({x.size(0), out_}, x.options());
+    bool any = false;
+    for (const auto& s : slots_) any |= bool(s);
+    if (!any) return out;
+    GLINT_ASSERT(tags.defined() && tags.size(0) == x.size(0), "expert rows carry no tenant tags");
+    const int64_t E = int64_t(counts.size());
+    at::Tensor expert_of_row = at::repeat_interleave(at::arange(E, tags.options()),
+                                                     at::tensor(counts, tags.options()));  // [N]
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (!slots_[s]) continue;
+      at::Tensor rows = tags.eq(int64_t(s)).nonzero().reshape({-1});
+      if (rows.numel() == 0) continue;
+      at::Tensor c = at::bincount(expert_of_row.index_select(0, rows), {}, E).to(at::kCPU);
+      std::vector<int64_t> slot_counts(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + E);
+      out = out.index_add(0, rows, slots_[s]->delta(x.index_select(0, rows), slot_counts));
+    }
+    return out;
+  }
+  std::vector<std::shared_ptr<LoraExperts>> slots_;
+  int64_t out_;
+};
+
+std::string site_key(const std::string& module_path, const std::string& parameter) {
+  return parameter.empty() ? module_path : module_path + "." + parameter;
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  return true;
+}
+
+}  // namespace
+
+struct TenantBank::Sites {
+  std::map<std::string, std::shared_ptr<TenantLinear>> linear;
+  std::map<std::string, std::shared_ptr<TenantExperts>> experts;
+};
+
+void TenantOptions::validate(int64_t r_max) const {
+  GLINT_CHECK(valid_name(name), "tenant name '", name, "' must be letters, digits, '-', '_' or '.'");
+  lora.validate("tenant " + name);
+  GLINT_CHECK(lora.r <= r_max, "tenant ", name, ": r = ", lora.r, " exceeds the bank's r_max = ", r_max);
+}
+
+TenantBank::TenantBank(CausalLMImpl& model, int64_t slots, int64_t r_max)
+    : model_(model), r_max_(r_max), tenants_(slots), adapters_(slots),
+      routing_(std::make_shared<Routing>()), tags_(std::make_shared<TokenTags>()), sites_(new Sites) {
+  GLINT_CHECK(slots >= 1, "tenant bank: slots must be >= 1, got ", slots);
+  GLINT_CHECK(r_max >= 1, "tenant bank: r_max must be >= 1, got ", r_max);
+  GLINT_CHECK(!has_adapters(model), "tenant bank: the model already has adapters attached");
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.set_requires_grad(false);
+  }
+  routing_->rows_of_slot.assign(slots, at::empty({0}, at::kLong));
+  auto linear = [&](Linear lin, const std::string& path) {
+    auto ad = std::make_shared<TenantLinear>(routing_, slots, lin->out_features());
+    lin->adapter = ad;
+    sites_->linear[path] = ad;
+  };
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    std::string lp = "model.layers." + std::to_string(l);
+    auto& a = layer->self_attn;
+    linear(a->q_proj, lp + ".self_attn.q_proj");
+    linear(a->k_proj, lp + ".self_attn.k_proj");
+    linear(a->v_proj, lp + ".self_attn.v_proj");
+    linear(a->o_proj, lp + ".self_attn.o_proj");
+    if (layer->dense_mlp) {
+      linear(layer->dense_mlp->gate_proj, lp + ".mlp.gate_proj");
+      linear(layer->dense_mlp->up_proj, lp + ".mlp.up_proj");
+      linear(layer->dense_mlp->down_proj, lp + ".mlp.down_proj");
+    }
+    if (layer->moe) {
+      ExpertsImpl& ex = *layer->moe->experts;
+      auto gu = std::make_shared<TenantExperts>(slots, 2 * ex.intermediate());
+      auto dn = std::make_shared<TenantExperts>(slots, ex.gate_up_proj.size(2));
+      ex.gate_up_adapter = gu;
+      ex.down_adapter = dn;
+      sites_->experts[lp + ".mlp.experts.gate_up_proj"] = gu;
+      sites_->experts[lp + ".mlp.experts.down_proj"] = dn;
+      layer->moe->token_tags = tags_;
+    }
+  }
+}
+
+TenantBank::~TenantBank() = default;
+
+int64_t TenantBank::add(const TenantOptions& t) {
+  t.validate(r_max_);
+  GLINT_CHECK(slot_of(t.name) < 0, "tenant '", t.name, "' exists already (slot ", slot_of(t.name), ")");
+  int64_t slot = -1;
+  for (size_t s = 0; s < tenants_.size() && slot < 0; ++s)
+    if (!tenants_[s]) slot = int64_t(s);
+  GLINT_CHECK(slot >= 0, "tenant '", t.name, "': all ", tenants_.size(), " slots are taken");
+  auto lora = std::make_unique<LoraModel>(make_lora(model_, t.lora, t.seed));
+  attach_slot(slot, *lora);
+  tenants_[slot] = std::make_unique<TenantOptions>(t);
+  adapters_[slot] = std::move(lora);
+  return slot;
+}
+
+void TenantBank::attach_slot(int64_t slot, LoraModel& lora) {
+  for (const LoraSite& site : lora.sites) {
+    std::string key = site_key(site.module_path, site.parameter);
+    if (site.linear) sites_->linear.at(key)->slots_[slot] = site.linear;
+    else sites_->experts.at(key)->slots_[slot] = site.experts;
+  }
+}
+
+void TenantBank::remove(const std::string& name) {
+  int64_t slot = slot_of(name);
+  GLINT_CHECK(slot >= 0, "no tenant '", name, "' to remove");
+  for (auto& [key, ad] : sites_->linear) ad->slots_[slot].reset();
+  for (auto& [key, ad] : sites_->experts) ad->slots_[slot].reset();
+  tenants_[slot].reset();
+  adapters_[slot].reset();
+}
+
+std::vector<std::string> TenantBank::list() const {
+  std::vector<std::string> out;
+  for (const auto& t : tenants_) out.push_back(t ? t->name : "");
+  return out;
+}
+
+int64_t TenantBank::slot_of(const std::string& name) const {
+  for (size_t s = 0; s < tenants_.size(); ++s)
+    if (tenants_[s] && tenants_[s]->name == name) return int64_t(s);
+  return -1;
+}
+
+LoraModel& TenantBank::adapter(int64_t slot) {
+  GLINT_ASSERT(slot >= 0 && slot < num_slots() && adapters_[slot], "slot ", slot, " holds no tenant");
+  return *adapters_[slot];
+}
+
+const TenantOptions& TenantBank::tenant(int64_t slot) const {
+  GLINT_ASSERT(slot >= 0 && slot < num_slots() && tenants_[slot], "slot ", slot, " holds no tenant");
+  return *tenants_[slot];
+}
+
+void TenantBank::set_rows(const at::Tensor& slots) {
+  GLINT_CHECK(slots.dim() == 1 && slots.scalar_type() == at::kLong, "tenant rows must be a [B] int64 tensor");
+  at::Tensor s = slots.to(model_.placement.device);
+  GLINT_CHECK(s.numel() == 0 || (s.ge(-1).all().item<bool>() && s.lt(num_slots()).all().item<bool>()),
+              "tenant rows hold a slot outside [-1, ", num_slots(), ")");
+  for (int64_t k = 0; k < num_slots(); ++k) routing_->rows_of_slot[k] = s.eq(k).nonzero().reshape({-1});
+  tags_->rows = s;
+}
+
+}  // namespace glint
