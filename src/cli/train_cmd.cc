@@ -77,9 +77,16 @@ Action add_train(CLI::App& app) {
   cmd->add_option("--config", "TOML file with the same options (flag names without --)")
       ->configurable(false);
   add_train_flags(cmd, opts.get(), targets.get());
-  return [cmd, opts, targets]() {
+  auto tenants = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--tenant", *tenants,
+                  "multi-tenant LoRA, repeatable: name=a,r=8,alpha=16,data=a.jsonl[,targets=q_proj+v_proj]"
+                  "[,lr=..][,steps=..][,batch=..][,warmup=..][,seed=..][,rslora=1]; each trains on its own data "
+                  "in shared micro-batches and is saved to OUT/<name>/adapter")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return [cmd, opts, targets, tenants]() {
     LoraOptions::parse_targets(*targets, "--lora-targets", &opts->lora);
-    if (opts->model_dir.empty() && opts->data.empty()) {
+    for (const std::string& spec : *tenants) opts->tenants.push_back(TenantSpec::parse(spec, *opts));
+    if (opts->model_dir.empty() && opts->data.empty() && opts->tenants.empty()) {
       // The built-in job's preset, for flags the user left alone: the tiny model learns
       // the task in ~1000 steps at a high LoRA learning rate.
       // The values are recorded as if given, so OUT/config.toml repeats this run.
@@ -106,13 +113,17 @@ Action add_train(CLI::App& app) {
       write_text_atomic(opts->output + "/config.toml", cmd->config_to_str(true, false));
     }
     if (lead) std::cerr << "glint train: " << (opts->model_dir.empty() ? "built-in tiny Qwen3-MoE" : opts->model_dir)
-              << ", " << (opts->data.empty() ? "built-in reverse-digits task" : opts->data) << ", "
-              << (opts->full ? "full fine-tuning" : "LoRA r=" + std::to_string(opts->lora.r))
-              << ", " << opts->steps << " steps"
+              << ", "
+              << (!opts->tenants.empty() ? std::to_string(opts->tenants.size()) + " LoRA tenants"
+                  : (opts->data.empty() ? "built-in reverse-digits task" : opts->data) + ", " +
+                        (opts->full ? "full fine-tuning" : "LoRA r=" + std::to_string(opts->lora.r)))
+              << ", " << trainer.options().steps << " steps"
               << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())
               << " -> " << opts->output << "\n";
     trainer.run();
-    if (lead) std::cerr << "saved " << (opts->full ? opts->output + "/model" : opts->output + "/adapter")
+    std::string saved = opts->full ? opts->output + "/model" : opts->output + "/adapter";
+    if (!opts->tenants.empty()) saved = opts->output + "/<tenant>/adapter for " + std::to_string(opts->tenants.size()) + " tenants";
+    if (lead) std::cerr << "saved " << saved
               << "; metrics in " << opts->output << "/metrics.jsonl\n";
     return 0;
   };

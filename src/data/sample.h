@@ -32,6 +32,8 @@ struct Batch {
                             //         of the same segment.
   int64_t label_tokens = 0;  // number of labels that contribute to the loss after the
                              // model's shift (labels[:, 1:] != kIgnoreIndex)
+  at::Tensor row_tags;       // [B] int64 tenant slot of each row (multi-tenant LoRA), or
+                             // undefined
 };
 
 }  // namespace glint

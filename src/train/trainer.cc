@@ -32,11 +32,6 @@
 
 namespace glint {
 
-struct Trainer::DataState {
-  EpochSampler sampler;
-  CollateOptions collate;
-};
-
 void TrainOptions::validate() const {
   GLINT_CHECK(steps > 0, "--steps must be positive, got ", steps);
   GLINT_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
@@ -72,7 +67,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                                        : int(std::max(1u, std::thread::hardware_concurrency())));
   TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
   std::unique_ptr<CheckpointReader> checkpoint;
-  builtin_task_ = opt_.data.empty();
+  builtin_task_ = opt_.data.empty() && opt_.tenants.empty();
+  GLINT_CHECK(opt_.data.empty() || opt_.tenants.empty(),
+              "--data and --tenant do not go together: each tenant names its own data");
   const bool ep = opt_.ep > 1;
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config
@@ -111,11 +108,11 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   } else {
     collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : 128;
     collate.pad_id = 0;
-    if (is_pretokenized_jsonl(opt_.data)) samples_ = read_tokenized_jsonl(opt_.data, vocab);
-    else samples_ = read_text_data(collate.seq_len, vocab, &collate.pad_id);
+    if (opt_.tenants.empty()) samples_ = read_data(opt_.data, collate.seq_len, vocab, &collate.pad_id);
   }
   collate.pack = opt_.pack;
-  data_.reset(new DataState{EpochSampler(samples_.size(), opt_.seed), collate});
+  // Multi-tenant training keeps a sampler per tenant (setup_tenants).
+  data_.reset(new DataState{EpochSampler(std::max<size_t>(samples_.size(), 1), opt_.seed), collate});
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
   // every rank, expert tensors on the ranks holding the same experts.
@@ -130,6 +127,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       trainable_names_.push_back(item.key());
       placement_.push_back(replicated(is_expert_parameter(item.key())));
     }
+  } else if (!opt_.tenants.empty()) {
+    setup_tenants(vocab);
   } else {
     LoraOptions lora = opt_.lora;
     // Adapters train in float32 over low-precision bases; a float64 run stays float64.
@@ -162,8 +161,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       per_layer.push_back(layer_trainable_tensors(*model_, l, adapters));
     model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
   }
-  optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
-                                                                opt_.adam.eps, opt_.weight_decay});
+  if (opt_.tenants.empty())  // tenants have their own
+    optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
+                                                                  opt_.adam.eps, opt_.weight_decay});
   schedule_.peak_lr = opt_.lr;
   schedule_.total_steps = opt_.steps;
   schedule_.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
@@ -172,9 +172,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
 
 Trainer::~Trainer() = default;
 
-std::vector<Sample> Trainer::read_text_data(int64_t seq_len, int64_t vocab, int64_t* pad_id) {
+std::vector<Sample> Trainer::read_data(const std::string& path, int64_t seq_len, int64_t vocab, int64_t* pad_id) {
+  if (is_pretokenized_jsonl(path)) return read_tokenized_jsonl(path, vocab);
   const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
-  GLINT_CHECK(!dir.empty(), opt_.data, " holds text (messages, prompt/completion or text lines); tokenizing it "
+  GLINT_CHECK(!dir.empty(), path, " holds text (messages, prompt/completion or text lines); tokenizing it "
               "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
   TextTokenizer text = TextTokenizer::load(dir);
   GLINT_CHECK(text.tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ", text.tokenizer.vocab_size(),
@@ -186,18 +187,19 @@ std::vector<Sample> Trainer::read_text_data(int64_t seq_len, int64_t vocab, int6
   o.set_enable_thinking(opt_.enable_thinking);
   TextDataStats st;
   std::vector<Sample> samples =
-      read_text_jsonl(opt_.data, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
+      read_text_jsonl(path, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
   char buf[512];
   std::snprintf(buf, sizeof buf, "%s: %lld samples from %lld lines (%lld cut to --seq-len %lld, %lld with nothing "
                 "left to train, %lld bad lines skipped)",
-                opt_.data.c_str(), (long long)st.samples, (long long)st.lines, (long long)st.truncated,
+                path.c_str(), (long long)st.samples, (long long)st.lines, (long long)st.truncated,
                 (long long)seq_len, (long long)st.dropped, (long long)st.bad_lines);
-  data_summary_ = buf;
+  data_summary_ += (data_summary_.empty() ? "" : "\n") + std::string(buf);
   if (st.bad_lines > 0) data_summary_ += "; first bad line: " + st.first_bad;
   return samples;
 }
 
 std::vector<Batch> Trainer::next_micro_batches() {
+  if (bank_) return next_tenant_batches();
   // Every rank draws the same global batch and keeps its contiguous share, so the split
   // does not change which samples a step sees.
   std::vector<size_t> idx = data_->sampler.next(opt_.batch_size);
@@ -210,6 +212,7 @@ std::vector<Batch> Trainer::next_micro_batches() {
 }
 
 StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
+  if (bank_) return step_tenants(micro_batches);
   auto t0 = std::chrono::steady_clock::now();
   StepStats st;
   for (const auto& b : micro_batches) {
@@ -319,8 +322,10 @@ int64_t Trainer::local_weight_bytes() const {
     for (const auto& s : fsdp_->shards()) n += bytes(s);
   if (!opt_.full)
     for (const auto& site : lora_.sites) n += bytes(site.A()) + bytes(site.B());
-  for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
-    n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
+  if (optimizer_)
+    for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
+      n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
+  if (bank_) n += tenant_weight_bytes();
   return n;
 }
 
@@ -456,9 +461,18 @@ void Trainer::save_full_model() {
 
 void Trainer::save() {
   if (opt_.full) return save_full_model();
+  if (bank_) {
+    for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)
+      save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
+    return;
+  }
+  save_lora(lora_, opt_.output + "/adapter");
+}
+
+void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
   const std::string base = opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir;
   if (!ep_comm_) {
-    if (comm_->rank() == 0) save_adapter(opt_.output + "/adapter", lora_, base);
+    if (comm_->rank() == 0) save_adapter(dir, lora, base);
     return;
   }
   // Expert adapters hold this EP rank's experts: the ranks of rank 0's EP group gather
@@ -466,8 +480,8 @@ void Trainer::save() {
   // adapter exactly as a 1-rank run would.
   if (mesh_->coordinate("ep_fsdp") != 0) return;
   LoraModel whole;
-  whole.options = lora_.options;
-  for (const LoraSite& site : lora_.sites) {
+  whole.options = lora.options;
+  for (const LoraSite& site : lora.sites) {
     if (!site.experts) {
       whole.sites.push_back(site);
       continue;
@@ -477,7 +491,7 @@ void Trainer::save() {
     s.experts = std::make_shared<LoraExperts>(A, B, site.experts->scale);
     whole.sites.push_back(s);
   }
-  if (comm_->rank() == 0) save_adapter(opt_.output + "/adapter", whole, base);
+  if (comm_->rank() == 0) save_adapter(dir, whole, base);
 }
 
 void Trainer::run() {
@@ -488,6 +502,13 @@ void Trainer::run() {
     make_dirs(opt_.output);
     metrics = std::make_unique<MetricsWriter>(opt_.output + "/metrics.jsonl");
   }
+  // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
+  std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
+  if (lead && bank_)
+    for (const std::string& name : bank_->list()) {
+      make_dirs(opt_.output + "/" + name);
+      tenant_metrics[name] = std::make_unique<MetricsWriter>(opt_.output + "/" + name + "/metrics.jsonl");
+    }
   Progress progress(lead ? opt_.steps : 0);
   if (lead && !data_summary_.empty()) progress.line(data_summary_.c_str());
   auto say = [&](const char* line) {
@@ -531,6 +552,9 @@ void Trainer::run() {
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
     if (eval_now) rec["exact_match"] = last_acc;
     metrics->write(rec);
+    for (const auto& t : st.tenants)
+      tenant_metrics.at(t.name)->write({{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
+                                        {"lr", t.lr}, {"label_tokens", t.label_tokens}});
     std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
     progress.update(s, buf);
     if (s % opt_.log_every == 0 || s == opt_.steps || eval_now) {

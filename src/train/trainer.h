@@ -8,12 +8,30 @@
 #include <string>
 #include <vector>
 
+#include "data/collate.h"
 #include "data/sample.h"
+#include "data/sampler.h"
 #include "lora/lora.h"
+#include "lora/tenants.h"
 #include "model/causal_lm.h"
 #include "train/optimizer.h"
 
 namespace glint {
+
+// One tenant of multi-tenant LoRA training: its adapter, data and schedule.
+struct TenantSpec {
+  TenantOptions adapter;      // name, LoRA options; adapter.seed is set from `seed`
+  std::string data;           // its JSONL (any form --data takes)
+  int64_t steps = 0;          // its optimizer steps (0: --steps)
+  int64_t batch_size = 0;     // its sequences per step over all ranks (0: --batch-size)
+  double lr = 0;              // its peak learning rate (0: --lr)
+  int64_t warmup_steps = -1;  // -1: 5% of its steps
+  uint64_t seed = 0;          // data order and adapter init, as --seed does alone
+  // "name=a,r=8,alpha=16,data=a.jsonl[,rslora=1][,targets=q_proj+v_proj][,lr=..]
+  // [,steps=..][,batch=..][,warmup=..][,seed=..]"; unset fields take `defaults`' values.
+  // Throws glint::Error naming the spec and the bad field.
+  static TenantSpec parse(const std::string& spec, const struct TrainOptions& defaults);
+};
 
 struct TrainOptions {
   std::string model_dir;         // Hugging Face model directory; "" = a random model of
@@ -45,6 +63,8 @@ struct TrainOptions {
   int64_t ep = 1;                // expert parallelism: experts sharded over ep ranks
   std::string ep_layout = "contiguous";  // EP groups: "contiguous" ranks or "strided"
   LoraOptions lora;
+  std::vector<TenantSpec> tenants;  // multi-tenant LoRA: adapters trained together (each
+                                    // with its own data); empty: one adapter (--lora-*)
   uint64_t seed = 0;
   std::string dtype = "float32"; // parameter / compute dtype
   std::string device = "cpu";
@@ -72,6 +92,14 @@ struct StepStats {
   double forward_seconds = 0;  // loss computation, all micro-batches
   double backward_seconds = 0;
   double optimizer_seconds = 0;  // clipping + AdamW
+  // Multi-tenant training: one entry per tenant that trained in this step.
+  struct Tenant {
+    std::string name;
+    int64_t step = 0;  // the tenant's own step counter after this step
+    double loss = 0, grad_norm = 0, lr = 0;
+    int64_t label_tokens = 0;
+  };
+  std::vector<Tenant> tenants;
 };
 
 class Comm;
@@ -111,8 +139,29 @@ class Trainer {
     Comm* replicas = nullptr;
     int copies = 1;  // ranks holding an identical copy
   };
-  // Tokenizes text data (see data/text_dataset.h); sets the padding id.
-  std::vector<Sample> read_text_data(int64_t seq_len, int64_t vocab, int64_t* pad_id);
+  // Reads `path` (pre-tokenized, or text tokenized as in data/text_dataset.h); sets the
+  // padding id for text data.
+  std::vector<Sample> read_data(const std::string& path, int64_t seq_len, int64_t vocab, int64_t* pad_id);
+  // Multi-tenant training (src/train/tenant_training.cc).
+  void setup_tenants(int64_t vocab);
+  std::vector<Batch> next_tenant_batches();
+  StepStats step_tenants(const std::vector<Batch>& micro_batches);
+  void save_lora(LoraModel& lora, const std::string& dir);
+  int64_t tenant_weight_bytes() const;
+  struct TenantState {
+    TenantSpec spec;
+    int64_t slot = 0;
+    std::vector<Sample> samples;
+    std::unique_ptr<EpochSampler> sampler;
+    std::vector<at::Tensor> params;  // its adapter's tensors, A then B per site
+    std::vector<std::string> names;
+    std::vector<Placement> placement;
+    std::unique_ptr<AdamW> optimizer;
+    LrSchedule schedule;
+    int64_t step = 0;  // its own optimizer steps so far
+  };
+  std::vector<std::unique_ptr<TenantState>> tenants_;
+  std::unique_ptr<TenantBank> bank_;
   void save();
   void save_full_model();
   void all_reduce_grads();
@@ -134,7 +183,10 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;
   std::vector<Sample> samples_;
-  struct DataState;
+  struct DataState {
+    EpochSampler sampler;
+    CollateOptions collate;
+  };
   std::unique_ptr<DataState> data_;
   int64_t step_ = 0;
   bool builtin_task_ = false;
