@@ -265,19 +265,6 @@ int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
   return 0;
 }
 
-// Runs a command, returning its output; throws glint::Error when it fails.
-std::string run_or_fail(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  GLINT_CHECK(p, "cannot start: ", cmd);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  GLINT_CHECK(status == 0, "bench ep: this command failed:\n  ", cmd, "\n", out);
-  return out;
-}
-
 // EP x FSDP against FSDP alone on the same model, ranks and global batch: each variant
 // runs as its own `glint launch` job (so peak memory is each variant's own), and the
 // ratios compare them.
@@ -291,7 +278,7 @@ int run_bench_ep(const TrainOptions& opt, int64_t ranks, int64_t warmup) {
         << " --ep " << ep << " --steps " << opt.steps << " --warmup " << warmup << " --batch-size "
         << opt.batch_size << " --seq-len " << opt.seq_len << " --micro-batch-size " << opt.micro_batch_size
         << " --threads " << opt.threads << " --seed " << opt.seed << (opt.full ? " --full" : "");
-    std::string out = run_or_fail(cmd.str());
+    std::string out = run_or_fail(cmd.str(), "bench ep");
     size_t at = out.find("{\"bench\":\"ep-rank\"");
     GLINT_CHECK(at != std::string::npos, "bench ep: no result in the output of\n  ", cmd.str(), "\n", out);
     return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
@@ -317,6 +304,18 @@ int run_bench_ep(const TrainOptions& opt, int64_t ranks, int64_t warmup) {
 }
 
 }  // namespace
+
+std::string run_or_fail(const std::string& cmd, const std::string& what) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  GLINT_CHECK(p, what, ": cannot start: ", cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  GLINT_CHECK(status == 0, what, ": this command failed:\n  ", cmd, "\n", out);
+  return out;
+}
 
 Action add_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "benchmarks (each prints one JSON object)");
@@ -371,10 +370,14 @@ Action add_bench(CLI::App& app) {
     c->add_flag("--full,!--lora", ep_opt->full, "full fine-tuning (default) or LoRA");
   }
   ep->add_option("--ranks", *ep_ranks, "processes per variant")->capture_default_str();
+  Action tenants_action;
+  CLI::App* tenants = add_bench_tenants(*cmd, &tenants_action);
+  CLI::App* tenants_run = cmd->get_subcommand("tenants-run");
   Action tokenize_action;
   CLI::App* tokenize = add_bench_tokenize(*cmd, &tokenize_action);
   return [train, opt, targets, warmup, load, load_opt, tokenize, tokenize_action, ep, ep_rank, ep_opt,
-          ep_ranks, ep_warmup]() {
+          ep_ranks, ep_warmup, tenants, tenants_run, tenants_action]() {
+    if (tenants->parsed() || tenants_run->parsed()) return tenants_action();
     if (train->parsed()) return run_bench_train(*opt, *warmup, *targets);
     if (ep->parsed()) return run_bench_ep(*ep_opt, *ep_ranks, *ep_warmup);
     if (ep_rank->parsed()) return run_bench_ep_rank(*ep_opt, *ep_warmup);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -23,5 +24,12 @@ Action add_template(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 // Adds `bench tokenize` under `bench`; *action runs it when that subcommand was parsed.
 CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
+
+// Adds `bench tenants` (and its per-configuration `bench tenants-run`) under `bench`.
+CLI::App* add_bench_tenants(CLI::App& bench, Action* action);
+
+// Runs a shell command and returns its output (stdout and stderr); throws glint::Error
+// naming `what`, the command and its output when it fails.
+std::string run_or_fail(const std::string& cmd, const std::string& what);
 
 }  // namespace glint::cli

@@ -23,6 +23,11 @@ std::vector<std::string> config_args(const std::string& path) {
     GLINT_CHECK(item.parents.empty(), path, ": unexpected section [", item.parents.front(),
                 "]; write the options at the top level (e.g. steps = 100)");
     GLINT_CHECK(item.name != "config", path, ": a config file cannot name another config file");
+    if (item.name == "tenant") {  // a list of specs that hold commas themselves
+      for (const auto& spec : item.inputs)
+        if (!spec.empty()) out.push_back("--tenant=" + spec);
+      continue;
+    }
     std::string value;
     for (size_t i = 0; i < item.inputs.size(); ++i) value += (i ? "," : "") + item.inputs[i];
     // An empty value is an option left at its default (the resolved config.toml writes
