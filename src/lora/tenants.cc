@@ -47,16 +47,27 @@ class TenantExperts : public ExpertAdapter {
     for (const auto& s : slots_) any |= bool(s);
     if (!any) return out;
     GLINT_ASSERT(tags.defined() && tags.size(0) == x.size(0), "expert rows carry no tenant tags");
-    const int64_t E = int64_t(counts.size());
+    const int64_t E = int64_t(counts.size()), S = int64_t(slots_.size());
     at::Tensor expert_of_row = at::repeat_interleave(at::arange(E, tags.options()),
                                                      at::tensor(counts, tags.options()));  // [N]
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      if (!slots_[s]) continue;
-      at::Tensor rows = tags.eq(int64_t(s)).nonzero().reshape({-1});
-      if (rows.numel() == 0) continue;
-      at::Tensor c = at::bincount(expert_of_row.index_select(0, rows), {}, E).to(at::kCPU);
-      std::vector<int64_t> slot_counts(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + E);
-      out = out.index_add(0, rows, slots_[s]->delta(x.index_select(0, rows), slot_counts));
+    // Rows by slot (a stable sort keeps each slot's rows grouped by expert), and the
+    // [slot, expert] row counts: one host synchronisation for all slots. Rows tagged -1
+    // (base model only) sort first and are skipped.
+    at::Tensor order = std::get<1>(at::sort(tags, /*stable=*/true, 0, false));  // [N]
+    at::Tensor key = (tags.clamp_min(-1) + 1) * E + expert_of_row;              // [N]
+    at::Tensor c = at::bincount(key, {}, (S + 1) * E).to(at::kCPU);             // [(S+1)*E]
+    const int64_t* cnt = c.data_ptr<int64_t>();
+    int64_t offset = 0;
+    for (int64_t e = 0; e < E; ++e) offset += cnt[e];  // the untagged rows
+    for (int64_t s = 0; s < S; ++s) {
+      std::vector<int64_t> slot_counts(cnt + (s + 1) * E, cnt + (s + 2) * E);
+      int64_t n = 0;
+      for (int64_t v : slot_counts) n += v;
+      if (slots_[s] && n > 0) {
+        at::Tensor rows = order.narrow(0, offset, n);
+        out = out.index_add(0, rows, slots_[s]->delta(x.index_select(0, rows), slot_counts));
+      }
+      offset += n;
     }
     return out;
   }

@@ -25,6 +25,8 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   t.adapter.lora = d.lora;
   t.seed = d.seed;
   t.warmup_steps = d.warmup_steps;
+  t.adam = d.adam;
+  t.adam.weight_decay = d.weight_decay;
   bool has_r = false, has_alpha = false;
   std::stringstream in(text);
   std::string item;
@@ -53,7 +55,12 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
     else if (k == "batch") t.batch_size = int64_t(number(k, v));
     else if (k == "warmup") t.warmup_steps = int64_t(number(k, v));
     else if (k == "seed") t.seed = uint64_t(number(k, v));
-    else fail("--tenant ", text, ": unknown key '", k, "' (name, data, r, alpha, rslora, targets, lr, steps, batch, warmup, seed)");
+    else if (k == "wd") t.adam.weight_decay = number(k, v);
+    else if (k == "beta1") t.adam.beta1 = number(k, v);
+    else if (k == "beta2") t.adam.beta2 = number(k, v);
+    else if (k == "eps") t.adam.eps = number(k, v);
+    else fail("--tenant ", text, ": unknown key '", k,
+              "' (name, data, r, alpha, rslora, targets, lr, steps, batch, warmup, seed, wd, beta1, beta2, eps)");
   }
   if (has_r && !has_alpha) t.adapter.lora.alpha = 2.0 * double(t.adapter.lora.r);  // the CLI's default ratio
   GLINT_CHECK(!t.adapter.name.empty(), "--tenant ", text, ": name= is required");
@@ -62,6 +69,7 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   if (t.steps == 0) t.steps = d.steps;
   if (t.batch_size == 0) t.batch_size = d.batch_size;
   if (t.lr == 0) t.lr = d.lr;
+  t.adam.validate("--tenant " + text);
   t.adapter.seed = t.seed + 2;  // as apply_lora's seed in a single-adapter run
   return t;
 }
@@ -93,8 +101,7 @@ void Trainer::setup_tenants(int64_t vocab) {
       trainable_names_.push_back(spec.adapter.name + "/" + name);
       placement_.push_back(st->placement.back());
     }
-    st->optimizer = std::make_unique<AdamW>(st->params, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
-                                                                     opt_.adam.eps, opt_.weight_decay});
+    st->optimizer = std::make_unique<AdamW>(st->params, spec.adam);
     st->schedule.peak_lr = spec.lr;
     st->schedule.total_steps = spec.steps;
     st->schedule.warmup_steps = spec.warmup_steps >= 0 ? spec.warmup_steps : spec.steps / 20;

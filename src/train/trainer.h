@@ -26,9 +26,11 @@ struct TenantSpec {
   int64_t batch_size = 0;     // its sequences per step over all ranks (0: --batch-size)
   double lr = 0;              // its peak learning rate (0: --lr)
   int64_t warmup_steps = -1;  // -1: 5% of its steps
+  AdamWOptions adam;          // its AdamW betas, eps and weight decay (default: the run's)
   uint64_t seed = 0;          // data order and adapter init, as --seed does alone
   // "name=a,r=8,alpha=16,data=a.jsonl[,rslora=1][,targets=q_proj+v_proj][,lr=..]
-  // [,steps=..][,batch=..][,warmup=..][,seed=..]"; unset fields take `defaults`' values.
+  // [,steps=..][,batch=..][,warmup=..][,seed=..][,wd=..][,beta1=..][,beta2=..][,eps=..]";
+  // unset fields take `defaults`' values.
   // Throws glint::Error naming the spec and the bad field.
   static TenantSpec parse(const std::string& spec, const struct TrainOptions& defaults);
 };

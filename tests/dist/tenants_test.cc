@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -154,6 +155,32 @@ TEST(TenantTraining, ATenantWithoutSequencesIsUntouched) {
   for (size_t i = 0; i < half; ++i) a_changed |= !at::equal(now[i], b_after_first[i]);
   EXPECT_TRUE(a_changed);
   for (size_t i = half; i < now.size(); ++i) EXPECT_TRUE(at::equal(now[i], b_after_first[i])) << "b tensor " << i - half;
+}
+
+// Tenants from a TOML --config list; the resolved OUT/config.toml repeats the run.
+TEST(TenantTraining, TenantListInAConfigFile) {
+  TenantRun s = make_setup("toml");
+  std::string cfg = s.dir + "/run.toml";
+  std::ofstream(cfg) << "model = \"" << s.dir << "/model\"\nsteps = 2\nbatch-size = 2\nseq-len = 16\n"
+                     << "tenant = [\"name=a,r=4,data=" << s.dir << "/a.jsonl\", \"name=b,r=2,lr=0.001,data=" << s.dir
+                     << "/b.jsonl\"]\n";
+  int code;
+  std::string out = testing::run_command(std::string(GLINT_BINARY) + " train --config " + cfg + " --output " +
+                                             s.dir + "/out",
+                                         &code);
+  ASSERT_EQ(code, 0) << out;
+  for (const char* t : {"a", "b"}) {
+    EXPECT_EQ(metrics(s.dir + "/out/" + t + "/metrics.jsonl").size(), 2u) << t;
+    EXPECT_TRUE(std::filesystem::exists(s.dir + "/out/" + t + "/adapter/adapter_model.safetensors")) << t;
+  }
+  EXPECT_EQ(metrics(s.dir + "/out/b/metrics.jsonl")[0]["lr"].get<double>(), 0.001);
+  out = testing::run_command(std::string(GLINT_BINARY) + " train --config " + s.dir + "/out/config.toml --output " +
+                                 s.dir + "/again",
+                             &code);
+  ASSERT_EQ(code, 0) << out;
+  auto first = metrics(s.dir + "/out/a/metrics.jsonl"), again = metrics(s.dir + "/again/a/metrics.jsonl");
+  ASSERT_EQ(first.size(), again.size());
+  for (size_t k = 0; k < first.size(); ++k) EXPECT_EQ(first[k]["loss"], again[k]["loss"]);
 }
 
 TEST(TenantTraining, BadTenantSpecsAreErrors) {
