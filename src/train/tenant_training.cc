@@ -81,7 +81,6 @@ void Trainer::setup_tenants(int64_t vocab) {
   bank_ = std::make_unique<TenantBank>(*model_, int64_t(opt_.tenants.size()), r_max);
   int64_t steps = 0;
   for (const TenantSpec& spec : opt_.tenants) {
-    GLINT_CHECK(!opt_.full, "--tenant trains LoRA adapters; it does not go with --full");
     GLINT_CHECK(spec.batch_size % W == 0, "tenant ", spec.adapter.name, ": batch (", spec.batch_size,
                 ") must be a multiple of the number of ranks (", W, ")");
     auto st = std::make_unique<TenantState>();

@@ -48,6 +48,8 @@ void TrainOptions::validate() const {
   GLINT_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   GLINT_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
   GLINT_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
+  GLINT_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
+  GLINT_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
   GLINT_CHECK(!output.empty(), "--output must not be empty");
   adam.validate("AdamW options");
   if (!full) lora.validate("LoRA options");
@@ -68,8 +70,6 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
   std::unique_ptr<CheckpointReader> checkpoint;
   builtin_task_ = opt_.data.empty() && opt_.tenants.empty();
-  GLINT_CHECK(opt_.data.empty() || opt_.tenants.empty(),
-              "--data and --tenant do not go together: each tenant names its own data");
   const bool ep = opt_.ep > 1;
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config

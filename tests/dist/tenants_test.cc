@@ -192,6 +192,15 @@ TEST(TenantTraining, BadTenantSpecsAreErrors) {
   EXPECT_NE(err("name=a,data=x,color=red").find("unknown key 'color'"), std::string::npos);
   EXPECT_NE(err("name=a,data=x,targets=q_proj+wings").find("wings"), std::string::npos);
   EXPECT_NE(err("name=a,data=x,oops").find("'oops' is not key=value"), std::string::npos);
+  // Options that do not combine with tenants.
+  TrainOptions o;
+  o.tenants.push_back(TenantSpec::parse("name=a,data=x.jsonl", o));
+  o.full = true;
+  EXPECT_NE(testing::error_message([&] { o.validate(); }).find("does not go with --full"), std::string::npos);
+  o.full = false;
+  o.data = "y.jsonl";
+  EXPECT_NE(testing::error_message([&] { o.validate(); }).find("--data and --tenant do not go together"),
+            std::string::npos);
 }
 
 }  // namespace
