@@ -10,6 +10,9 @@ namespace glint {
 // Row indices of each slot in the current micro-batch, computed once per set_rows().
 struct TenantBank::Routing {
   std::vector<at::Tensor> rows_of_slot;  // per slot: [n_s] int64 row indices (may be empty)
+  // When every slot's rows form one run and all runs have the same length: the slots in
+  // row order (the batched path); else empty.
+  std::vector<int64_t> even_runs;
 };
 
 namespace {
@@ -20,6 +23,7 @@ class TenantLinear : public LinearAdapter {
   TenantLinear(std::shared_ptr<const TenantBank::Routing> routing, int64_t slots, int64_t out)
       : routing_(std::move(routing)), slots_(slots), out_(out) {}
   at::Tensor delta(const at::Tensor& x) const override {
+    if (at::Tensor y = batched(x); y.defined()) return y;
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = out_;
     at::Tensor out = at::zeros(shape, x.options());
@@ -29,6 +33,36 @@ class TenantLinear : public LinearAdapter {
       out = out.index_add(0, rows, slots_[s]->delta(x.index_select(0, rows)));
     }
     return out;
+  }
+  // All slots at once when the rows are even runs of slots that all have an adapter here:
+  // (x_s A_s^T) B_s^T * scale_s as two batched GEMMs over the slots, ranks zero-padded to
+  // the largest (the padding adds exact zeros). Undefined when the batch does not allow it.
+  at::Tensor batched(const at::Tensor& x) const {
+    const auto& runs = routing_->even_runs;
+    if (runs.size() < 2 || !x.is_contiguous()) return at::Tensor();
+    int64_t r = 0;
+    for (int64_t s : runs) {
+      if (!slots_[s]) return at::Tensor();
+      r = std::max(r, slots_[s]->A.size(0));
+    }
+    const int64_t R = int64_t(runs.size()), in = x.size(-1);
+    auto dt = x.scalar_type();
+    std::vector<at::Tensor> As, Bs;
+    std::vector<double> scales;
+    for (int64_t s : runs) {
+      const LoraLinear& l = *slots_[s];
+      int64_t pad = r - l.A.size(0);
+      As.push_back(at::constant_pad_nd(l.A.to(dt), {0, 0, 0, pad}));  // [r, in]
+      Bs.push_back(at::constant_pad_nd(l.B.to(dt), {0, pad}));        // [out, r]
+      scales.push_back(l.scale);
+    }
+    at::Tensor xs = x.reshape({R, -1, in});                                           // [R, n*S, in]
+    at::Tensor u = at::bmm(xs, at::stack(As).transpose(1, 2));                          // [R, n*S, r]
+    at::Tensor y = at::bmm(u, at::stack(Bs).transpose(1, 2));                           // [R, n*S, out]
+    y = y * at::tensor(scales, at::kDouble).to(y.device(), dt).view({R, 1, 1});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out_;
+    return y.reshape(shape);
   }
   std::shared_ptr<const TenantBank::Routing> routing_;
   std::vector<std::shared_ptr<LoraLinear>> slots_;  // null where the slot's tenant has none
@@ -203,6 +237,26 @@ void TenantBank::set_rows(const at::Tensor& slots) {
               "tenant rows hold a slot outside [-1, ", num_slots(), ")");
   for (int64_t k = 0; k < num_slots(); ++k) routing_->rows_of_slot[k] = s.eq(k).nonzero().reshape({-1});
   tags_->rows = s;
+  // Even runs: consecutive rows of one slot each, all of one length, no slot twice, no -1.
+  routing_->even_runs.clear();
+  at::Tensor cpu = s.to(at::kCPU);
+  const int64_t* v = cpu.data_ptr<int64_t>();
+  const int64_t B = cpu.numel();
+  std::vector<int64_t> runs, lengths;
+  for (int64_t i = 0; i < B; ++i) {
+    if (i == 0 || v[i] != v[i - 1]) {
+      runs.push_back(v[i]);
+      lengths.push_back(0);
+    }
+    ++lengths.back();
+  }
+  bool even = !runs.empty();
+  std::vector<bool> seen(num_slots(), false);
+  for (size_t k = 0; k < runs.size() && even; ++k) {
+    even = runs[k] >= 0 && !seen[runs[k]] && lengths[k] == lengths[0];
+    if (even) seen[runs[k]] = true;
+  }
+  if (even) routing_->even_runs = runs;
 }
 
 }  // namespace glint

@@ -45,28 +45,34 @@ TenantOptions tenant(const std::string& name, int64_t r, double alpha, const std
   return t;
 }
 
-TEST(Tenants, MixedBatchEqualsEachTenantAlone) {
+// Tenant a (slot 0) and b (slot 1) on the rows `slots` of the batch (-1: base only).
+void check_mixed(const std::vector<int64_t>& slots, const std::string& b_targets) {
   ModelConfig c = testing::lora_test_config();
   CausalLM shared(c, kF32);
   init_weights(*shared, 5);
   TenantBank bank(*shared, /*slots=*/3, /*r_max=*/4);
   TenantOptions a = tenant("a", 2, 4.0, "all", 11);
-  TenantOptions b = tenant("b", 4, 8.0, "q_proj,v_proj,experts.down_proj", 12, true);
+  TenantOptions b = tenant("b", 4, 8.0, b_targets, 12, true);
   ASSERT_EQ(bank.add(a), 0);
   ASSERT_EQ(bank.add(b), 1);
   randomize(bank.adapter(0), 100);
   randomize(bank.adapter(1), 200);
-  // Rows 0 and 3: tenant a; row 1: tenant b; row 2: the base model alone.
-  bank.set_rows(at::tensor({0, 1, -1, 0}, at::kLong));
+  bank.set_rows(at::tensor(slots, at::kLong));
   at::Tensor ids = batch_ids();
   at::Tensor losses = row_losses(*shared, ids);  // [4]
-  // Each tenant's loss normalised by its own rows (a: 2 rows, b: 1 row).
-  at::Tensor objective = (losses[0] + losses[3]) / 2.0 + losses[1];
+  // Each tenant's loss normalised by its own rows.
+  std::vector<std::vector<int64_t>> rows_of(2);
+  std::vector<int64_t> base_rows;
+  for (int64_t i = 0; i < int64_t(slots.size()); ++i)
+    (slots[i] < 0 ? base_rows : rows_of[slots[i]]).push_back(i);
+  at::Tensor objective = at::zeros({}, losses.options());
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i : rows_of[k]) objective = objective + losses[i] / double(rows_of[k].size());
   objective.backward();
 
   for (int k = 0; k < 2; ++k) {
     const TenantOptions& t = k == 0 ? a : b;
-    std::vector<int64_t> rows = k == 0 ? std::vector<int64_t>{0, 3} : std::vector<int64_t>{1};
+    const std::vector<int64_t>& rows = rows_of[k];
     CausalLM alone(c, kF32);
     init_weights(*alone, 5);
     LoraModel lora = apply_lora(*alone, t.lora, t.seed);
@@ -93,13 +99,23 @@ TEST(Tenants, MixedBatchEqualsEachTenantAlone) {
       EXPECT_LT(err, 1e-5) << t.name << " " << want[i].first;
     }
   }
-  // The base-only row is the base model's.
+  // Base-only rows are the base model's.
+  if (base_rows.empty()) return;
   CausalLM base(c, kF32);
   init_weights(*base, 5);
   at::NoGradGuard ng;
-  at::Tensor base_loss = row_losses(*base, ids.index_select(0, at::tensor({2}, at::kLong)));
-  EXPECT_TRUE(at::allclose(base_loss, losses.detach()[2].view({1}), 1e-5, 1e-6));
+  at::Tensor idx = at::tensor(base_rows, at::kLong);
+  EXPECT_TRUE(at::allclose(row_losses(*base, ids.index_select(0, idx)), losses.detach().index_select(0, idx), 1e-5, 1e-6));
 }
+
+// Rows in any order, with a base-only row; then even runs of slots, where the
+// projections both tenants adapt run as batched GEMMs over the slots.
+TEST(Tenants, MixedBatchEqualsEachTenantAlone) { check_mixed({0, 1, -1, 0}, "q_proj,v_proj,experts.down_proj"); }
+TEST(Tenants, EvenRunsOfSlotsEqualEachTenantAlone) {
+  check_mixed({0, 0, 1, 1}, "q_proj,v_proj,experts.down_proj");
+  check_mixed({1, 1, 0, 0}, "all");
+}
+
 
 TEST(Tenants, ATenantWithoutRowsGetsNoGradient) {
   ModelConfig c = testing::lora_test_config();
