@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -36,6 +40,15 @@ inline std::string run_command(const std::string& cmd, int* exit_code) {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   int status = pclose(p);
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+// One JSON value per line of a JSONL file (a metrics.jsonl); none when it is absent.
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/comm.h"
@@ -83,27 +84,6 @@ double sgemm_gflops(int64_t n, int reps) {
   for (int i = 0; i < reps; ++i) at::mm(a, b);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return 2.0 * n * n * n * reps / s / 1e9;
-}
-
-// Random full-length sequences, every token labelled: `rows` sequences of S tokens in
-// micro-batches of mbs.
-std::vector<Batch> random_batches(int64_t vocab, int64_t rows, int64_t S, int64_t mbs, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
-  std::vector<Batch> batches;
-  for (int64_t r0 = 0; r0 < rows; r0 += mbs) {
-    Batch b;
-    b.input_ids = at::empty({mbs, S}, at::kLong);
-    auto acc = b.input_ids.accessor<int64_t, 2>();
-    for (int64_t i = 0; i < mbs; ++i)
-      for (int64_t j = 0; j < S; ++j) acc[i][j] = tok(rng);
-    b.labels = b.input_ids.clone();
-    b.position_ids = at::arange(S, at::kLong).unsqueeze(0).repeat({mbs, 1});
-    b.segment_ids = at::zeros({mbs, S}, at::kLong);
-    b.label_tokens = mbs * (S - 1);
-    batches.push_back(b);
-  }
-  return batches;
 }
 
 int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
@@ -304,6 +284,25 @@ int run_bench_ep(const TrainOptions& opt, int64_t ranks, int64_t warmup) {
 }
 
 }  // namespace
+
+std::vector<Batch> random_batches(int64_t vocab, int64_t rows, int64_t S, int64_t mbs, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
+  std::vector<Batch> batches;
+  for (int64_t r0 = 0; r0 < rows; r0 += mbs) {
+    Batch b;
+    b.input_ids = at::empty({mbs, S}, at::kLong);
+    auto acc = b.input_ids.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < mbs; ++i)
+      for (int64_t j = 0; j < S; ++j) acc[i][j] = tok(rng);
+    b.labels = b.input_ids.clone();
+    b.position_ids = at::arange(S, at::kLong).unsqueeze(0).repeat({mbs, 1});
+    b.segment_ids = at::zeros({mbs, S}, at::kLong);
+    b.label_tokens = mbs * (S - 1);
+    batches.push_back(b);
+  }
+  return batches;
+}
 
 std::string run_or_fail(const std::string& cmd, const std::string& what) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");

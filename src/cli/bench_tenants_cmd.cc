@@ -14,12 +14,13 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <random>
 #include <sstream>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "data/collate.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -52,41 +53,6 @@ ModelConfig bench_tenants_model() {
   return c;
 }
 
-// `rows` random sequences of S tokens, every token labelled, tagged with `slot`.
-Batch random_rows(int64_t vocab, int64_t rows, int64_t S, int64_t slot, std::mt19937_64& rng) {
-  std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
-  Batch b;
-  b.input_ids = at::empty({rows, S}, at::kLong);
-  auto acc = b.input_ids.accessor<int64_t, 2>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < S; ++j) acc[i][j] = tok(rng);
-  b.labels = b.input_ids.clone();
-  b.position_ids = at::arange(S, at::kLong).unsqueeze(0).repeat({rows, 1});
-  b.segment_ids = at::zeros({rows, S}, at::kLong);
-  b.row_tags = at::full({rows}, slot, at::kLong);
-  b.label_tokens = rows * (S - 1);
-  return b;
-}
-
-Batch concat(const std::vector<Batch>& parts) {
-  Batch b;
-  std::vector<at::Tensor> ids, labels, pos, seg, tags;
-  for (const auto& p : parts) {
-    ids.push_back(p.input_ids);
-    labels.push_back(p.labels);
-    pos.push_back(p.position_ids);
-    seg.push_back(p.segment_ids);
-    tags.push_back(p.row_tags);
-    b.label_tokens += p.label_tokens;
-  }
-  b.input_ids = at::cat(ids);
-  b.labels = at::cat(labels);
-  b.position_ids = at::cat(pos);
-  b.segment_ids = at::cat(seg);
-  b.row_tags = at::cat(tags);
-  return b;
-}
-
 // One configuration: T tenants of rank r on one base; `mixed` steps hold every tenant's
 // rows, `sequential` steps one tenant's each (T steps per round).
 int run_configuration(const BenchTenantsOptions& o) {
@@ -111,20 +77,26 @@ int run_configuration(const BenchTenantsOptions& o) {
   }
   Trainer trainer(opt);
   std::filesystem::remove_all(dir);
-  std::mt19937_64 rng(7);
+  uint64_t seed = 7;
+  // `rows` random sequences tagged with tenant slot t.
+  auto rows_of = [&](int64_t t) {
+    Batch b = random_batches(c.vocab_size, o.rows, o.seq_len, o.rows, seed++)[0];
+    b.row_tags = at::full({o.rows}, t, at::kLong);
+    return b;
+  };
   // One round: every tenant trains once on `rows` sequences.
   auto round = [&]() {
     double seconds = 0;
     int64_t tokens = 0;
     if (o.mode == "mixed") {
       std::vector<Batch> parts;
-      for (int64_t t = 0; t < o.tenants; ++t) parts.push_back(random_rows(c.vocab_size, o.rows, o.seq_len, t, rng));
-      StepStats st = trainer.step({concat(parts)});
+      for (int64_t t = 0; t < o.tenants; ++t) parts.push_back(rows_of(t));
+      StepStats st = trainer.step({concat_rows(parts)});
       seconds += st.seconds;
       tokens += st.tokens;
     } else {
       for (int64_t t = 0; t < o.tenants; ++t) {
-        StepStats st = trainer.step({random_rows(c.vocab_size, o.rows, o.seq_len, t, rng)});
+        StepStats st = trainer.step({rows_of(t)});
         seconds += st.seconds;
         tokens += st.tokens;
       }

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <functional>
-#include <string>
 
 namespace CLI {
 class App;
@@ -27,9 +26,5 @@ CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
 
 // Adds `bench tenants` (and its per-configuration `bench tenants-run`) under `bench`.
 CLI::App* add_bench_tenants(CLI::App& bench, Action* action);
-
-// Runs a shell command and returns its output (stdout and stderr); throws glint::Error
-// naming `what`, the command and its output when it fails.
-std::string run_or_fail(const std::string& cmd, const std::string& what);
 
 }  // namespace glint::cli

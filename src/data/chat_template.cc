@@ -52,6 +52,22 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
   return from_config(config, config_path);
 }
 
+bool ChatTemplate::defined_in(const std::string& dir) {
+  if (path_exists(dir + "/chat_template.jinja")) return true;
+  std::string config_path = dir + "/tokenizer_config.json";
+  if (!path_exists(config_path)) return false;
+  nlohmann::json config = read_json_file(config_path);
+  return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
+}
+
+std::map<std::string, std::string> ChatTemplate::special_tokens_in(const std::string& dir) {
+  std::string config_path = dir + "/tokenizer_config.json";
+  if (!path_exists(config_path)) return {};
+  nlohmann::json config = read_json_file(config_path);
+  GLINT_CHECK(config.is_object(), config_path, ": expected a JSON object");
+  return special_tokens_of(config, config_path);
+}
+
 ChatTemplate ChatTemplate::from_config(const nlohmann::json& config, const std::string& origin) {
   GLINT_CHECK(config.is_object(), origin, ": expected a JSON object");
   ChatTemplate t;

@@ -31,6 +31,12 @@ class ChatTemplate {
   // tokens bos/eos/pad/unk_token (a string or {"content": ...}) become variables.
   // Throws glint::Error naming the file when there is no chat template or it is malformed.
   static ChatTemplate load(const std::string& tokenizer_dir);
+  // Whether DIR defines a chat format (a "chat_template" in tokenizer_config.json, or
+  // chat_template.jinja); load() then succeeds unless the template is malformed.
+  static bool defined_in(const std::string& tokenizer_dir);
+  // The special tokens (bos/eos/pad/unk_token) of DIR/tokenizer_config.json, with or
+  // without a chat template; empty when there is no such file.
+  static std::map<std::string, std::string> special_tokens_in(const std::string& tokenizer_dir);
   // The same from an already parsed tokenizer_config.json; `origin` names it in errors.
   static ChatTemplate from_config(const nlohmann::json& config, const std::string& origin);
   // A single template source with explicit special tokens (tests, custom templates).

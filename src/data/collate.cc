@@ -114,4 +114,42 @@ Batch collate_rows(const std::vector<const Sample*>& samples, const CollateOptio
   return make_batch(rows, 0, int64_t(rows.size()), o);
 }
 
+Batch concat_rows(const std::vector<Batch>& parts) {
+  GLINT_CHECK(!parts.empty(), "concat_rows: no batches");
+  std::vector<at::Tensor> ids, labels, pos, seg, tags;
+  Batch b;
+  for (const auto& p : parts) {
+    ids.push_back(p.input_ids);
+    labels.push_back(p.labels);
+    pos.push_back(p.position_ids);
+    seg.push_back(p.segment_ids);
+    if (p.row_tags.defined()) tags.push_back(p.row_tags);
+    b.label_tokens += p.label_tokens;
+  }
+  b.input_ids = at::cat(ids);
+  b.labels = at::cat(labels);
+  b.position_ids = at::cat(pos);
+  b.segment_ids = at::cat(seg);
+  if (tags.size() == parts.size()) b.row_tags = at::cat(tags);
+  return b;
+}
+
+std::vector<Batch> split_rows(const Batch& batch, int64_t max_rows) {
+  GLINT_CHECK(max_rows >= 1, "split_rows: max_rows must be >= 1, got ", max_rows);
+  const int64_t rows = batch.input_ids.size(0);
+  std::vector<Batch> out;
+  for (int64_t r0 = 0; r0 < rows; r0 += max_rows) {
+    int64_t n = std::min(max_rows, rows - r0);
+    Batch m;
+    m.input_ids = batch.input_ids.narrow(0, r0, n);
+    m.labels = batch.labels.narrow(0, r0, n);
+    m.position_ids = batch.position_ids.narrow(0, r0, n);
+    m.segment_ids = batch.segment_ids.narrow(0, r0, n);
+    if (batch.row_tags.defined()) m.row_tags = batch.row_tags.narrow(0, r0, n);
+    m.label_tokens = m.labels.narrow(1, 1, m.labels.size(1) - 1).ne(kIgnoreIndex).sum().item<int64_t>();
+    out.push_back(m);
+  }
+  return out;
+}
+
 }  // namespace glint

@@ -31,6 +31,14 @@ struct CollateOptions {
 std::vector<Batch> collate(const std::vector<const Sample*>& samples,
                            const CollateOptions& options, int64_t max_rows_per_batch);
 
+// The rows of `parts` (all of one sequence length) stacked in order into one batch;
+// row_tags too when every part has them. label_tokens is the sum.
+Batch concat_rows(const std::vector<Batch>& parts);
+
+// `batch` split, in order, into batches of at most max_rows rows (views), each with its
+// own label_tokens.
+std::vector<Batch> split_rows(const Batch& batch, int64_t max_rows);
+
 // Convenience: one batch with one row per sample, no packing (options.pack is ignored).
 // No samples give a batch of [0, S] tensors.
 Batch collate_rows(const std::vector<const Sample*>& samples, const CollateOptions& options);

@@ -132,18 +132,16 @@ void TextDataOptions::set_enable_thinking(const std::string& value) {
 
 TextTokenizer TextTokenizer::load(const std::string& dir) {
   TextTokenizer t{Tokenizer::load(dir), std::nullopt};
-  try {
-    t.chat = ChatTemplate::load(dir);
-  } catch (const Error&) {
-    // Only chat lines need a template; they fail naming their line.
-  }
-  auto special = [&](const char* name) -> int32_t {
-    if (!t.chat) return -1;
-    auto it = t.chat->special_tokens().find(name);
-    return it == t.chat->special_tokens().end() ? -1 : t.tokenizer.token_to_id(it->second);
+  // A directory without a chat format still trains on text; a malformed template is an
+  // error here, not a missing one.
+  if (ChatTemplate::defined_in(dir)) t.chat = ChatTemplate::load(dir);
+  std::map<std::string, std::string> special = ChatTemplate::special_tokens_in(dir);
+  auto id_of = [&](const char* name) -> int32_t {
+    auto it = special.find(name);
+    return it == special.end() ? -1 : t.tokenizer.token_to_id(it->second);
   };
-  t.eos_id = special("eos_token");
-  t.pad_id = special("pad_token");
+  t.eos_id = id_of("eos_token");
+  t.pad_id = id_of("pad_token");
   if (t.pad_id < 0) t.pad_id = t.eos_id;
   return t;
 }

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,9 +40,11 @@ namespace glint {
 // tokens of tokenizer_config.json (when it has them).
 struct TextTokenizer {
   Tokenizer tokenizer;
-  std::optional<ChatTemplate> chat;  // absent when the directory has no chat template
+  std::optional<ChatTemplate> chat;  // absent when the directory defines no chat format
   int32_t eos_id = -1;               // eos_token's id, or -1
   int32_t pad_id = -1;               // pad_token's id, else eos_id, else -1
+  // Throws glint::Error for a missing or malformed tokenizer.json, a malformed chat
+  // template, or a malformed special token in tokenizer_config.json.
   static TextTokenizer load(const std::string& dir);
 };
 

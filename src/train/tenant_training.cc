@@ -91,8 +91,7 @@ void Trainer::setup_tenants(int64_t vocab) {
     st->samples = read_data(spec.data, data_->collate.seq_len, vocab, &data_->collate.pad_id);
     st->sampler = std::make_unique<EpochSampler>(st->samples.size(), spec.seed);
     for (auto& [name, t] : bank_->adapter(st->slot).named_parameters()) {
-      bool expert = name.find(".mlp.experts.") != std::string::npos;
-      Comm* group = expert ? expert_replicas_.get() : comm_.get();
+      Comm* group = is_expert_parameter(name) ? expert_replicas_.get() : comm_.get();
       st->params.push_back(t);
       st->names.push_back(name);
       st->placement.push_back(Placement{group, group->size()});
@@ -128,47 +127,22 @@ std::vector<Batch> Trainer::next_tenant_batches() {
   // Each tenant still training contributes its batch; every rank keeps its contiguous
   // share of each tenant's batch. Rows stay one tenant each (packing is per tenant).
   const int W = comm_->size(), r = comm_->rank();
-  std::vector<at::Tensor> ids, labels, pos, seg, tags;
+  std::vector<Batch> parts;
   for (auto& st : tenants_) {
     if (st->step >= st->spec.steps) continue;
     std::vector<size_t> idx = st->sampler->next(st->spec.batch_size);
     const int64_t share = st->spec.batch_size / W;
     std::vector<const Sample*> picked;
     for (int64_t i = r * share; i < (r + 1) * share; ++i) picked.push_back(&st->samples[idx[i]]);
-    Batch b = collate_rows(picked, data_->collate);
-    if (data_->collate.pack) {
-      std::vector<Batch> packed = collate(picked, data_->collate, int64_t(picked.size()));
-      GLINT_ASSERT(packed.size() == 1);
-      b = packed[0];
-    }
-    ids.push_back(b.input_ids);
-    labels.push_back(b.labels);
-    pos.push_back(b.position_ids);
-    seg.push_back(b.segment_ids);
-    tags.push_back(at::full({b.input_ids.size(0)}, st->slot, at::kLong));
+    // All of the tenant's share in one batch (packed per tenant with --pack).
+    std::vector<Batch> one = collate(picked, data_->collate, int64_t(picked.size()));
+    GLINT_ASSERT(one.size() == 1);
+    one[0].row_tags = at::full({one[0].input_ids.size(0)}, st->slot, at::kLong);
+    parts.push_back(std::move(one[0]));
   }
-  GLINT_ASSERT(!ids.empty(), "no tenant has steps left");
-  Batch all;
-  all.input_ids = at::cat(ids);
-  all.labels = at::cat(labels);
-  all.position_ids = at::cat(pos);
-  all.segment_ids = at::cat(seg);
-  all.row_tags = at::cat(tags);
-  const int64_t rows = all.input_ids.size(0);
-  const int64_t mbs = opt_.micro_batch_size > 0 ? opt_.micro_batch_size : rows;
-  std::vector<Batch> out;
-  for (int64_t r0 = 0; r0 < rows; r0 += mbs) {
-    int64_t n = std::min(mbs, rows - r0);
-    Batch m;
-    m.input_ids = all.input_ids.narrow(0, r0, n);
-    m.labels = all.labels.narrow(0, r0, n);
-    m.position_ids = all.position_ids.narrow(0, r0, n);
-    m.segment_ids = all.segment_ids.narrow(0, r0, n);
-    m.row_tags = all.row_tags.narrow(0, r0, n);
-    m.label_tokens = m.labels.narrow(1, 1, m.labels.size(1) - 1).ne(kIgnoreIndex).sum().item<int64_t>();
-    out.push_back(m);
-  }
-  return out;
+  GLINT_ASSERT(!parts.empty(), "no tenant has steps left");
+  Batch all = concat_rows(parts);
+  return split_rows(all, opt_.micro_batch_size > 0 ? opt_.micro_batch_size : all.input_ids.size(0));
 }
 
 StepStats Trainer::step_tenants(const std::vector<Batch>& micro_batches) {
@@ -188,7 +162,7 @@ StepStats Trainer::step_tenants(const std::vector<Batch>& micro_batches) {
   for (int64_t s = 0; s < S; ++s) label_tokens[s] = counts[s].item<double>();
   st.tokens = int64_t(counts[S].item<double>());
   for (auto& p : trainable_) p.mutable_grad() = at::Tensor();
-  std::vector<double> ce(S, 0.0);
+  at::Tensor ce = at::zeros({S}, at::kDouble);  // [S] CE sum per slot (this rank's, then all)
   if (fsdp_) fsdp_->begin_root();
   for (const auto& b : micro_batches) {
     auto tf = clock::now();
@@ -199,8 +173,7 @@ StepStats Trainer::step_tenants(const std::vector<Batch>& micro_batches) {
     at::Tensor denom = at::tensor(label_tokens, at::kDouble).index_select(0, b.row_tags.to(at::kCPU))
                            .clamp_min(1.0).to(row_ce.device(), row_ce.scalar_type());
     at::Tensor objective = (row_ce / denom).sum();
-    at::Tensor row_ce_cpu = row_ce.detach().to(at::kCPU, at::kDouble);
-    for (int64_t i = 0; i < b.row_tags.size(0); ++i) ce[b.row_tags[i].item<int64_t>()] += row_ce_cpu[i].item<double>();
+    ce.index_add_(0, b.row_tags, row_ce.detach().to(at::kCPU, at::kDouble));
     auto tb = clock::now();
     st.forward_seconds += std::chrono::duration<double>(tb - tf).count();
     objective.backward();
@@ -209,44 +182,26 @@ StepStats Trainer::step_tenants(const std::vector<Batch>& micro_batches) {
   if (fsdp_) fsdp_->end_root();
   auto to = clock::now();
   all_reduce_grads();
-  at::Tensor sums = at::tensor(ce, at::kDouble);
-  comm_->all_reduce_sum(sums);
+  comm_->all_reduce_sum(ce);
   double ce_total = 0, label_total = 0;
   for (auto& t : tenants_) {
     const int64_t s = t->slot;
     if (label_tokens[s] <= 0) continue;  // no sequence of this tenant: untouched
-    ce_total += sums[s].item<double>();
+    ce_total += ce[s].item<double>();
     label_total += label_tokens[s];
-    // Its own clipping norm (mesh-aware, as for a single adapter) and its own AdamW.
-    double local = 0;
-    for (size_t i = 0; i < t->params.size(); ++i) {
-      const at::Tensor& g = t->params[i].grad();
-      if (g.defined()) local += g.to(at::kDouble).pow(2).sum().item<double>() / t->placement[i].copies;
-    }
-    at::Tensor total = at::tensor({local}, at::kDouble);
-    comm_->all_reduce_sum(total);
-    double norm = std::sqrt(total.item<double>());
+    // Its own gradients (when dumped), clipping norm (mesh-aware, as for a single
+    // adapter) and AdamW.
     if (!opt_.dump_gradients.empty()) {
       std::vector<std::pair<std::string, at::Tensor>> named;
-      for (size_t i = 0; i < t->params.size(); ++i) {
-        at::Tensor g = t->params[i].grad().defined() ? t->params[i].grad() : at::zeros_like(t->params[i]);
-        named.emplace_back(t->names[i], t->names[i].find(".mlp.experts.") != std::string::npos ? all_experts(g) : g);
-      }
-      if (comm_->rank() == 0) {
-        std::string dir = opt_.dump_gradients + "/" + t->spec.adapter.name;
-        make_dirs(dir);
-        write_safetensors(dir + "/step_" + std::to_string(t->step + 1) + ".safetensors", named);
-      }
+      for (size_t i = 0; i < t->params.size(); ++i)
+        named.emplace_back(t->names[i], t->params[i].grad());  // defined: all_reduce_grads
+      write_gradients(opt_.dump_gradients + "/" + t->spec.adapter.name, t->step + 1, std::move(named));
     }
-    if (opt_.max_grad_norm > 0 && norm > opt_.max_grad_norm) {
-      double coef = opt_.max_grad_norm / (norm + 1e-6);
-      for (auto& p : t->params)
-        if (p.grad().defined()) p.grad().mul_(coef);
-    }
+    double norm = clip_gradients(t->params, t->placement);
     ++t->step;
     double lr = t->schedule.at(t->step);
     t->optimizer->step(lr);
-    st.tenants.push_back({t->spec.adapter.name, t->step, sums[s].item<double>() / label_tokens[s], norm, lr,
+    st.tenants.push_back({t->spec.adapter.name, t->step, ce[s].item<double>() / label_tokens[s], norm, lr,
                           int64_t(label_tokens[s])});
   }
   ++step_;

@@ -111,8 +111,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     if (opt_.tenants.empty()) samples_ = read_data(opt_.data, collate.seq_len, vocab, &collate.pad_id);
   }
   collate.pack = opt_.pack;
-  // Multi-tenant training keeps a sampler per tenant (setup_tenants).
-  data_.reset(new DataState{EpochSampler(std::max<size_t>(samples_.size(), 1), opt_.seed), collate});
+  data_.reset(new DataState{std::nullopt, collate});
+  if (opt_.tenants.empty()) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
   // every rank, expert tensors on the ranks holding the same experts.
@@ -137,7 +137,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     for (auto& [name, t] : lora_.named_parameters()) {
       trainable_.push_back(t);
       trainable_names_.push_back(name);
-      placement_.push_back(replicated(name.find(".mlp.experts.") != std::string::npos));
+      placement_.push_back(replicated(is_expert_parameter(name)));
     }
   }
   if (opt_.fsdp) {
@@ -177,9 +177,12 @@ std::vector<Sample> Trainer::read_data(const std::string& path, int64_t seq_len,
   const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
   GLINT_CHECK(!dir.empty(), path, " holds text (messages, prompt/completion or text lines); tokenizing it "
               "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
-  TextTokenizer text = TextTokenizer::load(dir);
-  GLINT_CHECK(text.tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ", text.tokenizer.vocab_size(),
-              " tokens but the model's vocab_size is ", vocab);
+  if (!text_tokenizer_) {  // one load for every text file of the run (tenants share it)
+    text_tokenizer_ = std::make_unique<TextTokenizer>(TextTokenizer::load(dir));
+    GLINT_CHECK(text_tokenizer_->tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ",
+                text_tokenizer_->tokenizer.vocab_size(), " tokens but the model's vocab_size is ", vocab);
+  }
+  const TextTokenizer& text = *text_tokenizer_;
   *pad_id = std::max(text.pad_id, 0);
   TextDataOptions o;
   o.seq_len = seq_len;
@@ -202,7 +205,7 @@ std::vector<Batch> Trainer::next_micro_batches() {
   if (bank_) return next_tenant_batches();
   // Every rank draws the same global batch and keeps its contiguous share, so the split
   // does not change which samples a step sees.
-  std::vector<size_t> idx = data_->sampler.next(opt_.batch_size);
+  std::vector<size_t> idx = data_->sampler->next(opt_.batch_size);
   const int64_t share = opt_.batch_size / comm_->size();
   std::vector<const Sample*> picked;
   for (int64_t i = comm_->rank() * share; i < (comm_->rank() + 1) * share; ++i)
@@ -269,7 +272,7 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     st.expert_load_max = (std::get<0>(load.max(1)) / load.mean(1)).max().item<double>();
   }
   if (!opt_.dump_gradients.empty()) dump_gradients(step_ + 1);
-  st.grad_norm = clip_gradients();
+  st.grad_norm = clip_gradients(trainable_, placement_);
   ++step_;
   st.lr = schedule_.at(step_);
   optimizer_->step(st.lr);
@@ -330,8 +333,8 @@ int64_t Trainer::local_weight_bytes() const {
 }
 
 void Trainer::dump_gradients(int64_t step) {
-  // Full gradients under the trainable tensors' names; shards and experts are gathered
-  // (collective: every rank takes part).
+  // Full gradients under the trainable tensors' names; shards are gathered (collective:
+  // every rank takes part).
   std::vector<std::pair<std::string, at::Tensor>> named;
   if (opt_.full && fsdp_) {
     std::vector<at::Tensor> grads;
@@ -344,30 +347,34 @@ void Trainer::dump_gradients(int64_t step) {
       named.emplace_back(trainable_names_[i], g.defined() ? g : at::zeros_like(trainable_[i]));
     }
   }
-  for (auto& [name, t] : named)
-    if (name.find(".mlp.experts.") != std::string::npos) t = all_experts(t);
-  if (comm_->rank() != 0) return;
-  make_dirs(opt_.dump_gradients);
-  write_safetensors(opt_.dump_gradients + "/step_" + std::to_string(step) + ".safetensors", named);
+  write_gradients(opt_.dump_gradients, step, std::move(named));
 }
 
-double Trainer::clip_gradients() {
+void Trainer::write_gradients(const std::string& dir, int64_t step,
+                              std::vector<std::pair<std::string, at::Tensor>> named) {
+  for (auto& [name, t] : named)
+    if (is_expert_parameter(name)) t = all_experts(t);
+  if (comm_->rank() != 0) return;
+  make_dirs(dir);
+  write_safetensors(dir + "/step_" + std::to_string(step) + ".safetensors", named);
+}
+
+double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement) {
   // One rule for every placement: sum of squares over the tensors this rank holds, each
   // divided by how many ranks hold an identical copy, summed over the world.
   at::NoGradGuard no_grad;
   double local = 0;
-  for (size_t i = 0; i < trainable_.size(); ++i) {
-    const at::Tensor& g = trainable_[i].grad();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& g = params[i].grad();
     if (!g.defined()) continue;
-    double sq = g.to(at::kDouble).pow(2).sum().item<double>();
-    local += sq / placement_[i].copies;
+    local += g.to(at::kDouble).pow(2).sum().item<double>() / placement[i].copies;
   }
   at::Tensor total = at::tensor({local}, at::kDouble);
   comm_->all_reduce_sum(total);
   double norm = std::sqrt(total.item<double>());
   if (opt_.max_grad_norm > 0 && norm > opt_.max_grad_norm) {
     double coef = opt_.max_grad_norm / (norm + 1e-6);
-    for (auto& p : trainable_)
+    for (const auto& p : params)
       if (p.grad().defined()) p.grad().mul_(coef);
   }
   return norm;

@@ -105,6 +105,7 @@ struct StepStats {
 };
 
 class Comm;
+struct TextTokenizer;
 
 // Data parallel over the ranks of `comm`: each rank takes its contiguous share of every
 // global batch, the label-token count and the gradients are summed over ranks, so a
@@ -144,6 +145,7 @@ class Trainer {
   // Reads `path` (pre-tokenized, or text tokenized as in data/text_dataset.h); sets the
   // padding id for text data.
   std::vector<Sample> read_data(const std::string& path, int64_t seq_len, int64_t vocab, int64_t* pad_id);
+  std::unique_ptr<TextTokenizer> text_tokenizer_;  // loaded by the first text file
   // Multi-tenant training (src/train/tenant_training.cc).
   void setup_tenants(int64_t vocab);
   std::vector<Batch> next_tenant_batches();
@@ -168,7 +170,12 @@ class Trainer {
   void save_full_model();
   void all_reduce_grads();
   void dump_gradients(int64_t step);
-  double clip_gradients();
+  // Collective: writes DIR/step_<k>.safetensors on rank 0 with `named` gradients, expert
+  // tensors gathered over the EP group first.
+  void write_gradients(const std::string& dir, int64_t step, std::vector<std::pair<std::string, at::Tensor>> named);
+  // The mesh-aware norm of the gradients of `params` (Σg² of each divided by its copies,
+  // summed over the world); scales them to opt_.max_grad_norm when above. Collective.
+  double clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement);
   // Expert tensors hold this EP rank's experts: all_gather over ep -> every expert.
   at::Tensor all_experts(const at::Tensor& local);
   TrainOptions opt_;
@@ -186,7 +193,7 @@ class Trainer {
   LrSchedule schedule_;
   std::vector<Sample> samples_;
   struct DataState {
-    EpochSampler sampler;
+    std::optional<EpochSampler> sampler;  // over samples_; absent with tenants (each has its own)
     CollateOptions collate;
   };
   std::unique_ptr<DataState> data_;

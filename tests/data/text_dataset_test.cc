@@ -163,6 +163,27 @@ TEST(TextData, LongSamplesAreCutToSeqLenAndCounted) {
   EXPECT_NE(e.find("data.jsonl:2: a chat line needs the model's chat template"), std::string::npos) << e;
 }
 
+// A tokenizer without a chat format still trains on text with its EOS; a malformed chat
+// template is reported when the tokenizer is loaded, not as a missing one later.
+TEST(TextData, TokenizerWithoutOrWithABrokenChatTemplate) {
+  std::string dir = testing::fresh_temp_dir("text_no_template");
+  std::filesystem::copy_file(kTokenizerJson, dir + "/tokenizer.json");
+  std::ofstream(dir + "/tokenizer_config.json") << Json{{"eos_token", "<|im_end|>"}}.dump();
+  TextTokenizer t = TextTokenizer::load(dir);
+  EXPECT_FALSE(t.chat.has_value());
+  EXPECT_EQ(t.eos_id, t.tokenizer.token_to_id("<|im_end|>"));
+  ASSERT_GE(t.eos_id, 0);
+  std::string path = write_lines(dir, {R"({"text":"hello world"})"});
+  auto samples = read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].input_ids.back(), t.eos_id);
+
+  std::ofstream(dir + "/tokenizer_config.json") << Json{{"chat_template", "{% if %}x{% endif %}"}}.dump();
+  std::string e = error_of([&] { TextTokenizer::load(dir); });
+  EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
+  EXPECT_EQ(e.find("needs the model's chat template"), std::string::npos) << e;
+}
+
 std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
 
 // A Hub-style model directory (config.json, weights, tokenizer.json, tokenizer_config.json)

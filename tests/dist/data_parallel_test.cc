@@ -17,13 +17,7 @@ namespace {
 
 std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+std::vector<nlohmann::json> read_metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
 // Routing made uneven on purpose: hidden dimension 0 of every token embedding is large,
 // and the router rows of experts 6 and 7 of layer 0 weigh it negatively, so these two

@@ -16,13 +16,7 @@ namespace {
 
 std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
 
-std::vector<nlohmann::json> metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+std::vector<nlohmann::json> metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
 TEST(Mpirun, TrainUnderMpirunMatchesOneProcess) {
   int code;

@@ -18,13 +18,7 @@
 namespace glint {
 namespace {
 
-std::vector<nlohmann::json> metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+std::vector<nlohmann::json> metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
 // Random pre-tokenized sequences of 4..12 ids < 16.
 void write_data(const std::string& path, uint32_t seed) {
@@ -138,6 +132,8 @@ TEST(TenantTraining, ATenantWithoutSequencesIsUntouched) {
   o.tenants.push_back(TenantSpec::parse("name=a,r=4,data=" + s.dir + "/a.jsonl", o));
   o.tenants.push_back(TenantSpec::parse("name=b,r=2,steps=1,data=" + s.dir + "/b.jsonl", o));
   Trainer t(o);
+  std::vector<at::Tensor> initial;
+  for (auto& p : t.trainable_parameters()) initial.push_back(p.detach().clone());
   StepStats first = t.step(t.next_micro_batches());
   ASSERT_EQ(first.tenants.size(), 2u);
   std::vector<at::Tensor> b_after_first;
@@ -154,6 +150,10 @@ TEST(TenantTraining, ATenantWithoutSequencesIsUntouched) {
   bool a_changed = false;
   for (size_t i = 0; i < half; ++i) a_changed |= !at::equal(now[i], b_after_first[i]);
   EXPECT_TRUE(a_changed);
+  // b trained in its step (its B moved off zero), then not again.
+  bool b_trained = false;
+  for (size_t i = half; i < now.size(); ++i) b_trained |= !at::equal(b_after_first[i], initial[i]);
+  EXPECT_TRUE(b_trained);
   for (size_t i = half; i < now.size(); ++i) EXPECT_TRUE(at::equal(now[i], b_after_first[i])) << "b tensor " << i - half;
 }
 

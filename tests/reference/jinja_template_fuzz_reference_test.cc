@@ -23,24 +23,14 @@
 
 #include "core/error.h"
 #include "data/jinja.h"
+#include "reference/splitmix.h"
 #include "test_util.h"
 
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % uint64_t(n)); }
-  bool chance(double p) { return double(next() >> 11) / double(1ull << 53) < p; }
-  const std::string& pick(const std::vector<std::string>& v) { return v[below(static_cast<int>(v.size()))]; }
-};
+using Rng = glint::testing::SplitMix64;
 
 // ---- expressions ----
 
@@ -193,14 +183,10 @@ std::string run_reference(const std::vector<std::string>& templates, const ojson
     for (const std::string& t : templates) f << ojson{{"template", t}, {"context", context}}.dump() << "\n";
   }
   std::string cmd = std::string("node ") + GLINT_SOURCE_DIR + "/tests/reference/render_reference.mjs " +
-                    GLINT_REFERENCE_DIR + " < " + dir + "/cases.jsonl 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 65536> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out.substr(0, 2000);
+                    GLINT_REFERENCE_DIR + " < " + dir + "/cases.jsonl";
+  int code;
+  std::string out = glint::testing::run_command(cmd, &code);
+  EXPECT_EQ(code, 0) << out.substr(0, 2000);
   return out;
 }
 

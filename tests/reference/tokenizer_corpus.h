@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "data/unicode_text.h"
+#include "reference/splitmix.h"
 
 namespace glint::testing {
 
@@ -28,7 +29,7 @@ class TokenizerCorpus {
   // `specials`: added-token contents to embed (e.g. "<|im_start|>").
   TokenizerCorpus(uint64_t seed, std::vector<std::string> specials,
                   std::function<bool(char32_t)> usable)
-      : state_(seed), specials_(std::move(specials)), usable_(std::move(usable)) {}
+      : state_{seed}, specials_(std::move(specials)), usable_(std::move(usable)) {}
 
   // The next string: 1..14 fragments; about one in 40 is long (~1-4 KB).
   std::string next() {
@@ -49,13 +50,7 @@ class TokenizerCorpus {
   }
 
  private:
-  uint64_t next_u64() {  // splitmix64: the same sequence on every platform
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return int(next_u64() % uint64_t(n)); }
+  int below(int n) { return state_.below(n); }
   char32_t in(char32_t lo, char32_t hi) { return lo + char32_t(below(int(hi - lo + 1))); }
   template <size_t N>
   const char* pick(const char* const (&list)[N]) { return list[below(int(N))]; }
@@ -220,7 +215,7 @@ class TokenizerCorpus {
     }
   }
 
-  uint64_t state_;
+  SplitMix64 state_;
   std::vector<std::string> specials_;
   std::function<bool(char32_t)> usable_;
 };
