@@ -340,8 +340,8 @@ Action add_bench(CLI::App& app) {
       ->capture_default_str();
   load->add_flag("--full", load_opt->full, "full fine-tuning instead of LoRA");
   load->add_option("--ep", load_opt->ep, "expert parallelism over N ranks")->capture_default_str();
-  load->add_option("--batch-size", load_opt->batch_size)->capture_default_str();
-  load->add_option("--threads", load_opt->threads)->capture_default_str();
+  load->add_option("--batch-size", load_opt->batch_size, "sequences in the training step")->capture_default_str();
+  load->add_option("--threads", load_opt->threads, "intra-op threads per rank (0: all cores)")->capture_default_str();
   // bench ep: the orchestrator, and the per-rank program it launches.
   auto ep_opt = std::make_shared<TrainOptions>();
   ep_opt->full = true;
@@ -362,10 +362,10 @@ Action add_bench(CLI::App& app) {
     c->add_option("--steps", ep_opt->steps, "timed steps")->capture_default_str();
     c->add_option("--warmup", *ep_warmup, "untimed steps first")->capture_default_str();
     c->add_option("--batch-size", ep_opt->batch_size, "global sequences per step")->capture_default_str();
-    c->add_option("--micro-batch-size", ep_opt->micro_batch_size)->capture_default_str();
-    c->add_option("--seq-len", ep_opt->seq_len)->capture_default_str();
+    c->add_option("--micro-batch-size", ep_opt->micro_batch_size, "sequences per forward/backward (0: the whole batch)")->capture_default_str();
+    c->add_option("--seq-len", ep_opt->seq_len, "tokens per sequence")->capture_default_str();
     c->add_option("--threads", ep_opt->threads, "intra-op threads per rank")->capture_default_str();
-    c->add_option("--seed", ep_opt->seed)->capture_default_str();
+    c->add_option("--seed", ep_opt->seed, "random seed")->capture_default_str();
     c->add_flag("--full,!--lora", ep_opt->full, "full fine-tuning (default) or LoRA");
   }
   ep->add_option("--ranks", *ep_ranks, "processes per variant")->capture_default_str();

@@ -183,7 +183,7 @@ CLI::App* add_bench_tenants(CLI::App& bench, Action* action) {
     c->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
   }
   cmd->add_option("--counts", o->counts, "tenant counts to compare")->capture_default_str();
-  run->add_option("--tenants", o->tenants)->capture_default_str();
+  run->add_option("--tenants", o->tenants, "tenants in this configuration")->capture_default_str();
   run->add_option("--mode", o->mode, "mixed or sequential")->capture_default_str();
   *action = [o, cmd, run]() { return cmd->parsed() ? run_bench_tenants(*o) : run_configuration(*o); };
   return cmd;

@@ -1,11 +1,21 @@
 // glint: fine-tune Mixture-of-Experts language models.
+//
+// Exit status:
+//   0  success; also --help and --version
+//   1  the work failed (glint::Error: a bad data line, a model that does not load, ...)
+//   2  usage: the command line or a --config file is wrong (a CLI11 parse error such as
+//      an unknown flag, a value of the wrong type or a missing required option;
+//      glint::UsageError); nothing heavy has run
+//   3  internal error: any other exception (a bug in glint)
 #include <CLI/CLI.hpp>
+#include <torch/version.h>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -13,6 +23,16 @@
 #include "core/error.h"
 
 namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInternal = 3;
+
+// "glint 0.3.0 (libtorch 1.13.0, v0.3.0-5-gabc1234-dirty)": GLINT_VERSION and
+// GLINT_GIT_DESCRIBE come from CMakeLists.txt, computed when the build was configured.
+std::string version_line() {
+  return std::string("glint ") + GLINT_VERSION + " (libtorch " + TORCH_VERSION + ", " + GLINT_GIT_DESCRIBE + ")";
+}
 
 // libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its default
 // spin-waiting keeps idle OpenMP workers on the cores that OpenBLAS's own threads need
@@ -28,7 +48,8 @@ void ensure_passive_openmp(char** argv) {
 
 int main(int argc, char** argv) {
   ensure_passive_openmp(argv);
-  CLI::App app{"glint: fine-tune Mixture-of-Experts language models (LoRA and full)"};
+  CLI::App app{"glint: fine-tune Mixture-of-Experts language models (LoRA and full)", "glint"};
+  app.set_version_flag("--version", version_line(), "print the version of glint and of libtorch, and exit");
   app.require_subcommand(0, 1);
   std::vector<std::pair<CLI::App*, glint::cli::Action>> actions;
   auto add = [&](glint::cli::Action (*f)(CLI::App&)) {
@@ -48,28 +69,37 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "train") {
       std::vector<std::string> sub(args.begin() + 1, args.end());
-      sub = glint::cli::expand_config_file(sub);
+      sub = glint::cli::expand_config_file(sub, *app.get_subcommand("train"));
       args.resize(1);
       args.insert(args.end(), sub.begin(), sub.end());
     }
     std::reverse(args.begin(), args.end());
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const glint::Error& e) {  // e.g. a bad --config file
+    // --help and --version print and succeed; every other parse error is a usage error
+    // (CLI11's own codes, 104 to 115, would tell a script nothing more).
+    int code = app.exit(e);
+    return code == static_cast<int>(CLI::ExitCodes::Success) ? 0 : kExitUsage;
+  } catch (const glint::UsageError& e) {  // e.g. a bad --config file
     std::cerr << "glint: error: " << e.what() << "\n";
-    return 1;
+    return kExitUsage;
+  } catch (const glint::Error& e) {
+    std::cerr << "glint: error: " << e.what() << "\n";
+    return kExitFailure;
   }
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
     std::cout << app.help();
     return 0;
+  } catch (const glint::UsageError& e) {  // options that do not fit together, found by the command
+    std::cerr << "glint: error: " << e.what() << "\n";
+    return kExitUsage;
   } catch (const glint::Error& e) {
     std::cerr << "glint: error: " << e.what() << "\n";
-    return 1;
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << "glint: internal error: " << e.what() << "\n";
-    return 2;
+    return kExitInternal;
   }
 }

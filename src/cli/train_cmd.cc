@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace glint::cli {
@@ -24,21 +25,31 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
       ->capture_default_str();
   cmd->add_option("--enable-thinking", o->enable_thinking,
                   "chat template variable enable_thinking: true or false (default: the template's)");
-  cmd->add_option("--output", o->output, "run directory")->capture_default_str();
+  cmd->add_option("--output", o->output,
+                  "run directory (default: a new one under runs/); an existing non-empty one is refused");
   cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sequences per optimizer step")->capture_default_str();
   cmd->add_option("--micro-batch-size", o->micro_batch_size,
-                  "sequences per forward/backward (0: the whole batch)")->capture_default_str();
-  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence (0: automatic)")->capture_default_str();
+                  "sequences per forward/backward on one rank (0: the most that fit --memory-budget)")
+      ->capture_default_str();
+  cmd->add_option("--memory-budget", o->memory_budget,
+                  "peak memory per rank for choosing the micro-batch, e.g. 24G or 1500M (default: 90% of the "
+                  "memory available at start, shared by the node's ranks)");
+  cmd->add_option("--seq-len", o->seq_len,
+                  "longest row in tokens; longer samples are cut and reported (0: the longest sample, rounded up "
+                  "to 8, capped by max_position_embeddings)")->capture_default_str();
   cmd->add_flag("--pack,!--no-pack", o->pack, "pack several samples into each sequence");
-  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--lr,--learning-rate", o->lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr-ratio", o->min_lr_ratio, "final lr as a fraction of --lr")->capture_default_str();
   cmd->add_option("--warmup-steps", o->warmup_steps, "linear warmup steps (-1: 5% of --steps)")->capture_default_str();
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)")->capture_default_str();
-  cmd->add_option("--adam-beta1", o->adam.beta1)->capture_default_str();
-  cmd->add_option("--adam-beta2", o->adam.beta2)->capture_default_str();
-  cmd->add_option("--adam-eps", o->adam.eps)->capture_default_str();
+  cmd->add_option("--router-aux-loss-coef", o->router_aux_loss_coef,
+                  "weight of the router load-balancing loss added to training (0: off; default: the model's "
+                  "config.json, output_router_logits and router_aux_loss_coef)");
+  cmd->add_option("--adam-beta1", o->adam.beta1, "AdamW first-moment decay")->capture_default_str();
+  cmd->add_option("--adam-beta2", o->adam.beta2, "AdamW second-moment decay")->capture_default_str();
+  cmd->add_option("--adam-eps", o->adam.eps, "AdamW epsilon added to the root of the second moment")->capture_default_str();
   cmd->add_flag("--full,!--lora", o->full, "train all parameters instead of a LoRA adapter");
   cmd->add_flag("--activation-checkpointing,!--no-activation-checkpointing", o->activation_checkpointing,
                 "recompute each decoder layer in backward (less memory, ~1/3 more compute)");
@@ -53,6 +64,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--lora-r", o->lora.r, "LoRA rank")->capture_default_str();
   cmd->add_option("--lora-alpha", o->lora.alpha, "LoRA alpha (scale alpha/r)")->capture_default_str();
   cmd->add_flag("--lora-rslora,!--no-lora-rslora", o->lora.use_rslora, "scale alpha/sqrt(r)");
+  cmd->add_option("--lora-dropout", o->lora.dropout,
+                  "dropout on the adapters' input during training (linear targets; PEFT cannot load expert "
+                  "adapters with dropout)")->capture_default_str();
   cmd->add_option("--lora-targets", *targets,
                   "comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,"
                   "experts.gate_up_proj,experts.down_proj, or all")->capture_default_str();
@@ -77,13 +91,15 @@ Action add_train(CLI::App& app) {
   cmd->add_option("--config", "TOML file with the same options (flag names without --)")
       ->configurable(false);
   add_train_flags(cmd, opts.get(), targets.get());
+  auto overwrite = std::make_shared<bool>(false);
+  cmd->add_flag("--overwrite", *overwrite, "write into --output even when it holds an earlier run's files");
   auto tenants = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--tenant", *tenants,
                   "multi-tenant LoRA, repeatable: name=a,r=8,alpha=16,data=a.jsonl[,targets=q_proj+v_proj]"
                   "[,lr=..][,steps=..][,batch=..][,warmup=..][,seed=..][,rslora=1]; each trains on its own data "
                   "in shared micro-batches and is saved to OUT/<name>/adapter")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  return [cmd, opts, targets, tenants]() {
+  return [cmd, opts, targets, tenants, overwrite]() {
     LoraOptions::parse_targets(*targets, "--lora-targets", &opts->lora);
     for (const std::string& spec : *tenants) opts->tenants.push_back(TenantSpec::parse(spec, *opts));
     if (opts->model_dir.empty() && opts->data.empty() && opts->tenants.empty()) {
@@ -104,22 +120,39 @@ Action add_train(CLI::App& app) {
       preset("--eval-every", &opts->eval_every, int64_t(100));
       preset("--log-every", &opts->log_every, int64_t(100));
     }
+    opts->validate();  // flags first: nothing is read before they make sense
     auto comm = Comm::create(World::from_env());
-    Trainer trainer(*opts, comm);
     const bool lead = comm->rank() == 0;
+    // Rank 0 picks the run directory (by default a new one under runs/) and checks that it
+    // may write there; every rank learns both, so a refusal ends them all before any work.
+    std::string problem;
     if (lead) {
-      make_dirs(opts->output);
-      // The resolved configuration, re-usable as --config.
-      write_text_atomic(opts->output + "/config.toml", cmd->config_to_str(true, false));
+      if (opts->output.empty()) opts->output = new_run_dir();
+      problem = run_dir_problem(opts->output, *overwrite);
     }
+    opts->output = comm->broadcast_text(opts->output, 0);
+    problem = comm->broadcast_text(problem, 0);
+    GLINT_USAGE_CHECK(problem.empty(), problem);
     if (lead) std::cerr << "glint train: " << (opts->model_dir.empty() ? "built-in tiny Qwen3-MoE" : opts->model_dir)
               << ", "
               << (!opts->tenants.empty() ? std::to_string(opts->tenants.size()) + " LoRA tenants"
                   : (opts->data.empty() ? "built-in reverse-digits task" : opts->data) + ", " +
                         (opts->full ? "full fine-tuning" : "LoRA r=" + std::to_string(opts->lora.r)))
-              << ", " << trainer.options().steps << " steps"
               << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())
               << " -> " << opts->output << "\n";
+    Trainer trainer(*opts, comm);
+    if (lead) {
+      make_dirs(opts->output);
+      // The resolved configuration, re-usable as --config. The output directory is a
+      // comment: a repeat gets a directory of its own.
+      std::string config = cmd->config_to_str(true, false), kept;
+      std::istringstream lines(config);
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind("output=", 0) != 0 && line.rfind("overwrite=", 0) != 0) kept += line + "\n";
+      write_text_atomic(opts->output + "/config.toml",
+                        "# glint train, written to " + opts->output + " (--config repeats it into a new directory)\n" +
+                            kept);
+    }
     trainer.run();
     std::string saved = opts->full ? opts->output + "/model" : opts->output + "/adapter";
     if (!opts->tenants.empty()) saved = opts->output + "/<tenant>/adapter for " + std::to_string(opts->tenants.size()) + " tenants";

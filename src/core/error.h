@@ -15,6 +15,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A mistake in how glint was called: a flag, a config-file key or value, an option that
+// does not fit the others, an output directory it must not write into. Found before
+// any heavy work; the CLI prints it and exits with status 2 (other errors: 1).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
@@ -32,12 +40,24 @@ template <typename... Args>
   throw Error(detail::concat(args...));
 }
 
+// Throws glint::UsageError with the streamed arguments as the message.
+template <typename... Args>
+[[noreturn]] void usage_fail(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
 }  // namespace glint
 
 // User-facing check: throws glint::Error with the streamed message when cond is false.
 #define GLINT_CHECK(cond, ...)        \
   do {                                \
     if (!(cond)) ::glint::fail(__VA_ARGS__); \
+  } while (0)
+
+// Usage check: throws glint::UsageError (exit status 2) when cond is false.
+#define GLINT_USAGE_CHECK(cond, ...)  \
+  do {                                \
+    if (!(cond)) ::glint::usage_fail(__VA_ARGS__); \
   } while (0)
 
 // Internal invariant: a failure is a bug in glint, not in the user's input.

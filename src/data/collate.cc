@@ -54,7 +54,15 @@ std::vector<Row> plan_rows(const std::vector<const Sample*>& samples, const Coll
 // Writes rows [first, first + count) into one batch.
 Batch make_batch(const std::vector<Row>& rows, size_t first, int64_t count,
                  const CollateOptions& o) {
-  const int64_t B = count, S = o.seq_len;
+  int64_t S = o.seq_len;
+  if (o.pad_to_longest && count > 0) {
+    S = 2;  // the model's shift needs two columns
+    for (int64_t r = 0; r < count; ++r) {
+      const Span& last = rows[first + r].back();
+      S = std::max(S, last.offset + last.len);
+    }
+  }
+  const int64_t B = count;
   Batch b;
   b.input_ids = at::full({B, S}, o.pad_id, at::kLong);          // [B, S]
   b.labels = at::full({B, S}, kIgnoreIndex, at::kLong);         // [B, S]
@@ -114,15 +122,24 @@ Batch collate_rows(const std::vector<const Sample*>& samples, const CollateOptio
   return make_batch(rows, 0, int64_t(rows.size()), o);
 }
 
-Batch concat_rows(const std::vector<Batch>& parts) {
+Batch concat_rows(const std::vector<Batch>& parts, int64_t pad_id) {
   GLINT_CHECK(!parts.empty(), "concat_rows: no batches");
+  int64_t S = 0;
+  for (const auto& p : parts) S = std::max(S, p.input_ids.size(1));
+  // [B, s] -> [B, S], `value` on the right.
+  auto widen = [S](const at::Tensor& t, int64_t value) {
+    if (t.size(1) == S) return t;
+    at::Tensor w = at::full({t.size(0), S}, value, t.options());
+    w.narrow(1, 0, t.size(1)).copy_(t);
+    return w;
+  };
   std::vector<at::Tensor> ids, labels, pos, seg, tags;
   Batch b;
   for (const auto& p : parts) {
-    ids.push_back(p.input_ids);
-    labels.push_back(p.labels);
-    pos.push_back(p.position_ids);
-    seg.push_back(p.segment_ids);
+    ids.push_back(widen(p.input_ids, pad_id));
+    labels.push_back(widen(p.labels, kIgnoreIndex));
+    pos.push_back(widen(p.position_ids, 0));
+    seg.push_back(widen(p.segment_ids, -1));
     if (p.row_tags.defined()) tags.push_back(p.row_tags);
     b.label_tokens += p.label_tokens;
   }
@@ -141,10 +158,14 @@ std::vector<Batch> split_rows(const Batch& batch, int64_t max_rows) {
   for (int64_t r0 = 0; r0 < rows; r0 += max_rows) {
     int64_t n = std::min(max_rows, rows - r0);
     Batch m;
-    m.input_ids = batch.input_ids.narrow(0, r0, n);
-    m.labels = batch.labels.narrow(0, r0, n);
-    m.position_ids = batch.position_ids.narrow(0, r0, n);
-    m.segment_ids = batch.segment_ids.narrow(0, r0, n);
+    // Columns up to the last one any of these rows uses.
+    at::Tensor used = batch.segment_ids.narrow(0, r0, n).ge(0).any(0).nonzero();
+    const int64_t S = std::max<int64_t>(std::min<int64_t>(2, rows > 0 ? batch.input_ids.size(1) : 0),
+                                        used.numel() > 0 ? used.max().item<int64_t>() + 1 : 0);
+    m.input_ids = batch.input_ids.narrow(0, r0, n).narrow(1, 0, S);
+    m.labels = batch.labels.narrow(0, r0, n).narrow(1, 0, S);
+    m.position_ids = batch.position_ids.narrow(0, r0, n).narrow(1, 0, S);
+    m.segment_ids = batch.segment_ids.narrow(0, r0, n).narrow(1, 0, S);
     if (batch.row_tags.defined()) m.row_tags = batch.row_tags.narrow(0, r0, n);
     m.label_tokens = m.labels.narrow(1, 1, m.labels.size(1) - 1).ne(kIgnoreIndex).sum().item<int64_t>();
     out.push_back(m);

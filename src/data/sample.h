@@ -18,6 +18,7 @@ constexpr int64_t kIgnoreIndex = -100;  // label value that is not trained on
 struct Sample {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;
+  int64_t line = 0;  // 1-based line of the data file it came from; 0 when not from a file
 };
 
 // A batch of B rows of S tokens (all int64, on CPU).

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/lengths.h"
 
 namespace glint {
 
@@ -72,7 +73,162 @@ void check_messages(const Json& messages) {
   GLINT_CHECK(any_assistant, "the conversation has no assistant turn to train on");
 }
 
+// A JSON value shortened for an error message.
+std::string brief(const Json& v) {
+  std::string s = v.dump();
+  return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
+// An optional key: null when absent or null (dumps of tables write null for a missing
+// column), else the value.
+const Json* optional_key(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+// An optional string key: "" when absent, null or empty; any other type is an error naming it.
+std::string optional_string(const Json& j, const char* key) {
+  const Json* v = optional_key(j, key);
+  if (!v) return "";
+  GLINT_CHECK(v->is_string(), "\"", key, "\" must be a string, got ", v->type_name(), " ", brief(*v));
+  return v->get<std::string>();
+}
+
+// A required string key of a `form` line ("Alpaca"); an error naming the key otherwise.
+std::string required_string(const Json& j, const char* key, const char* form) {
+  auto it = j.find(key);
+  GLINT_CHECK(it != j.end(), "\"", key, "\" is missing (", form, " lines need it)");
+  GLINT_CHECK(it->is_string(), "\"", key, "\" must be a string, got ", it->type_name(), " ", brief(*it));
+  return it->get<std::string>();
+}
+
+Json message(const char* role, const std::string& content) {
+  Json m = Json::object();
+  m["role"] = role;
+  m["content"] = content;
+  return m;
+}
+
+// ShareGPT's "from" values (and the "role" values of dumps that use role/content) and
+// the OpenAI role each becomes; function_call turns are handled apart.
+const std::pair<const char*, const char*> kShareGptRoles[] = {
+    {"human", "user"},         {"user", "user"},          {"gpt", "assistant"},
+    {"assistant", "assistant"}, {"model", "assistant"},     {"system", "system"},
+    {"tool", "tool"},          {"observation", "tool"},    {"function_response", "tool"},
+};
+
+// A function_call turn's value, a JSON string {"name": ..., "arguments": ...} (or a list
+// of them, LLaMA-Factory's parallel calls) -> OpenAI tool_calls entries
+// {"type": "function", "function": {"name", "arguments"}}; arguments kept as given.
+Json tool_calls_of(const std::string& value, const std::string& where) {
+  const char* expected = "expected a JSON string {\"name\": \"...\", \"arguments\": {...}}";
+  Json parsed;
+  try {
+    parsed = Json::parse(value);
+  } catch (const std::exception&) {
+    fail(where, " (function_call): \"value\" is not JSON: ", expected, ", got ", brief(Json(value)));
+  }
+  Json calls = Json::array();
+  for (const Json& c : parsed.is_array() ? parsed : Json::array({parsed})) {
+    GLINT_CHECK(c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("arguments"), where,
+                " (function_call): ", expected, ", got ", brief(c));
+    Json fn = Json::object();
+    fn["name"] = c["name"];
+    fn["arguments"] = c["arguments"];
+    Json call = Json::object();
+    call["type"] = "function";
+    call["function"] = std::move(fn);
+    calls.push_back(std::move(call));
+  }
+  GLINT_CHECK(!calls.empty(), where, " (function_call): ", expected, ", got []");
+  return calls;
+}
+
 }  // namespace
+
+ChatLine sharegpt_to_chat(const Json& line) {
+  ChatLine out;
+  out.messages = Json::array();
+  const Json* turns = optional_key(line, "conversations");
+  GLINT_CHECK(turns && turns->is_array() && !turns->empty(), "\"conversations\" must be a non-empty list, got ",
+              turns ? brief(*turns) : std::string("null"));
+  std::string system = optional_string(line, "system");
+  if (!system.empty()) out.messages.push_back(message("system", system));
+  if (const Json* tools = optional_key(line, "tools")) {
+    // LLaMA-Factory stores the tool list as a JSON string; a list is taken as it is.
+    out.tools = *tools;
+    if (tools->is_string()) {
+      try {
+        out.tools = tools->get<std::string>().empty() ? Json() : Json::parse(tools->get<std::string>());
+      } catch (const std::exception&) {
+        fail("\"tools\" is a string that is not JSON: ", brief(*tools));
+      }
+    }
+    GLINT_CHECK(out.tools.is_null() || out.tools.is_array(),
+                "\"tools\" must be a list of tool schemas (or a string holding one as JSON), got ", brief(*tools));
+  }
+  for (size_t i = 0; i < turns->size(); ++i) {
+    const Json& t = (*turns)[i];
+    const std::string where = "conversations[" + std::to_string(i) + "]";
+    GLINT_CHECK(t.is_object(), where, " is not an object: ", brief(t));
+    // {"from", "value"} as ShareGPT writes turns, or {"role", "content"} as some dumps do.
+    const char* role_key = t.contains("from") ? "from" : "role";
+    const char* content_key = t.contains("value") ? "value" : "content";
+    GLINT_CHECK(t.contains(role_key) && t[role_key].is_string(), where, " has no string \"from\" (or \"role\")");
+    GLINT_CHECK(t.contains(content_key) && t[content_key].is_string(), where, " (\"", role_key, "\": ",
+                t[role_key].dump(), ") has no string \"value\" (or \"content\"), got ",
+                t.contains(content_key) ? brief(t[content_key]) : std::string("none"));
+    const std::string from = t[role_key].get<std::string>(), value = t[content_key].get<std::string>();
+    if (from == "function_call") {
+      Json m = Json::object();
+      m["role"] = "assistant";
+      m["tool_calls"] = tool_calls_of(value, where);
+      out.messages.push_back(std::move(m));
+      continue;
+    }
+    const char* role = nullptr;
+    for (const auto& [name, mapped] : kShareGptRoles)
+      if (from == name) role = mapped;
+    if (!role) {
+      std::string accepted;
+      for (const auto& [name, mapped] : kShareGptRoles) accepted += std::string(name) + ", ";
+      fail(where, " has unknown \"", role_key, "\" '", from, "' (expected ", accepted, "or function_call)");
+    }
+    GLINT_CHECK(std::string(role) != "assistant" || !value.empty(), where, " is an empty ", from,
+                " turn: nothing to train on");
+    out.messages.push_back(message(role, value));
+  }
+  return out;
+}
+
+ChatLine alpaca_to_chat(const Json& line) {
+  ChatLine out;
+  out.messages = Json::array();
+  const std::string instruction = required_string(line, "instruction", "Alpaca");
+  const std::string output = required_string(line, "output", "Alpaca");
+  GLINT_CHECK(!output.empty(), "\"output\" is empty: nothing to train on");
+  const std::string input = optional_string(line, "input");
+  const std::string system = optional_string(line, "system");
+  if (!system.empty()) out.messages.push_back(message("system", system));
+  if (const Json* history = optional_key(line, "history")) {
+    GLINT_CHECK(history->is_array(), "\"history\" must be a list of [question, answer] pairs, got ", brief(*history));
+    for (size_t k = 0; k < history->size(); ++k) {
+      const Json& pair = (*history)[k];
+      GLINT_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string(), "\"history\"[",
+                  k, "] must be a [question, answer] pair of strings, got ", brief(pair));
+      GLINT_CHECK(!pair[1].get<std::string>().empty(), "\"history\"[", k, "] has an empty answer");
+      out.messages.push_back(message("user", pair[0].get<std::string>()));
+      out.messages.push_back(message("assistant", pair[1].get<std::string>()));
+    }
+  }
+  // The user turn is instruction + "\n" + input, leaving out an empty part: LLaMA-Factory's
+  // convention for Alpaca data (its AlpacaDatasetConverter joins the non-empty ones with "\n").
+  std::string user = instruction;
+  if (!input.empty()) user += (user.empty() ? "" : "\n") + input;
+  out.messages.push_back(message("user", user));
+  out.messages.push_back(message("assistant", output));
+  return out;
+}
 
 std::vector<Sample> tokenize_chat(const Json& messages, const Json& tools, const Tokenizer& tok,
                                   const ChatTemplate& tmpl, const ChatRenderOptions& options) {
@@ -162,6 +318,50 @@ bool is_pretokenized_jsonl(const std::string& path) {
   return false;
 }
 
+std::vector<Sample> tokenize_text_line(const Json& j, const Tokenizer& tok, const ChatTemplate* tmpl, int32_t eos_id,
+                                       const ChatRenderOptions& options) {
+  GLINT_CHECK(j.is_object(), "not a JSON object");
+  auto chat = [&](const ChatLine& c) { return tokenize_chat(c.messages, c.tools, tok, *tmpl, options); };
+  const char* needs_template = " needs the model's chat template (tokenizer_config.json)";
+  if (j.contains("messages")) {
+    GLINT_CHECK(tmpl, "a chat line", needs_template);
+    return tokenize_chat(j["messages"], j.contains("tools") ? j["tools"] : Json(), tok, *tmpl, options);
+  }
+  if (j.contains("conversations")) {
+    GLINT_CHECK(tmpl, "a ShareGPT (\"conversations\") line is a chat and", needs_template);
+    return chat(sharegpt_to_chat(j));
+  }
+  if (j.contains("instruction") || j.contains("output")) {
+    GLINT_CHECK(tmpl, "an Alpaca (\"instruction\", \"output\") line is a chat and", needs_template);
+    return chat(alpaca_to_chat(j));
+  }
+  if (j.contains("prompt") || j.contains("completion")) {
+    GLINT_CHECK(j.contains("prompt") && j["prompt"].is_string() && j.contains("completion") &&
+                    j["completion"].is_string(),
+                "\"prompt\" and \"completion\" must both be strings");
+    return {tokenize_prompt_completion(j["prompt"], j["completion"], tok, eos_id)};
+  }
+  if (j.contains("text")) {
+    GLINT_CHECK(j["text"].is_string() && !j["text"].get<std::string>().empty(), "\"text\" must be a non-empty string");
+    std::string text = j["text"];
+    Sample s = label_spans(text, {{0, text.size()}}, tok, true);
+    if (eos_id >= 0) {
+      s.input_ids.push_back(eos_id);
+      s.labels.push_back(eos_id);
+    }
+    return {std::move(s)};
+  }
+  GLINT_CHECK(!j.contains("input_ids"), "a pre-tokenized line (\"input_ids\") among text lines: a file is either "
+              "pre-tokenized throughout (its first line decides) or text throughout");
+  fail("expected \"messages\" (OpenAI chat), \"conversations\" (ShareGPT), \"instruction\" and \"output\" "
+       "(Alpaca), \"prompt\" and \"completion\", or \"text\" (or, for a whole file, \"input_ids\"); got keys ",
+       brief([&] {
+         Json keys = Json::array();
+         for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+         return keys;
+       }()));
+}
+
 std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& tok, const ChatTemplate* tmpl,
                                     int32_t eos_id, const TextDataOptions& o, TextDataStats* stats) {
   std::ifstream in(path);
@@ -177,28 +377,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < lines.size();) {
       try {
-        Json j = Json::parse(lines[i].second);
-        GLINT_CHECK(j.is_object(), "not a JSON object");
-        if (j.contains("messages")) {
-          GLINT_CHECK(tmpl, "a chat line needs the model's chat template (tokenizer_config.json)");
-          done[i] = tokenize_chat(j["messages"], j.contains("tools") ? j["tools"] : Json(), tok, *tmpl, o.render);
-        } else if (j.contains("prompt") || j.contains("completion")) {
-          GLINT_CHECK(j.contains("prompt") && j["prompt"].is_string() && j.contains("completion") &&
-                          j["completion"].is_string(),
-                      "\"prompt\" and \"completion\" must both be strings");
-          done[i] = {tokenize_prompt_completion(j["prompt"], j["completion"], tok, eos_id)};
-        } else if (j.contains("text")) {
-          GLINT_CHECK(j["text"].is_string() && !j["text"].get<std::string>().empty(), "\"text\" must be a non-empty string");
-          std::string text = j["text"];
-          Sample s = label_spans(text, {{0, text.size()}}, tok, true);
-          if (eos_id >= 0) {
-            s.input_ids.push_back(eos_id);
-            s.labels.push_back(eos_id);
-          }
-          done[i] = {std::move(s)};
-        } else {
-          fail("expected \"messages\", \"prompt\" and \"completion\", or \"text\"");
-        }
+        done[i] = tokenize_text_line(Json::parse(lines[i].second), tok, tmpl, eos_id, o.render);
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -224,11 +403,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
       continue;
     }
     for (Sample& s : done[i]) {
-      if (o.seq_len > 0 && int64_t(s.input_ids.size()) > o.seq_len) {
-        s.input_ids.resize(o.seq_len);
-        s.labels.resize(o.seq_len);
-        ++st.truncated;
-      }
+      s.line = lines[i].first;
       // After the model's shift, position 0's label is never trained.
       bool trains = std::any_of(s.labels.begin() + 1, s.labels.end(), [](int64_t l) { return l != kIgnoreIndex; });
       if (!trains) {
@@ -237,6 +412,14 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
       }
       out.push_back(std::move(s));
     }
+  }
+  if (o.seq_len > 0) {
+    st.lengths = fit_to_length(&out, o.seq_len);
+    st.truncated = st.lengths.cut;
+    st.dropped += st.lengths.lost;
+  } else {
+    st.lengths.samples = int64_t(out.size());
+    st.lengths.longest = longest_sample(out, &st.lengths.longest_line);
   }
   st.samples = int64_t(out.size());
   if (stats) *stats = st;

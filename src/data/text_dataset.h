@@ -2,11 +2,29 @@
 // the token ids and labels the Python stack (transformers' apply_chat_template and the
 // tokenizer) would produce.
 //
-// Line forms (one JSON object per line; blank lines are skipped):
+// Line forms (one JSON object per line, its form found in the order listed; blank lines
+// are skipped):
 //   {"messages": [...], "tools": [...]}   OpenAI chat format (tool calls and tool
 //                                          results included): rendered with the model's
 //                                          chat template, tokenized without added special
 //                                          tokens; only assistant turns are trained
+//   {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}],
+//    "system": "...", "tools": ...}       ShareGPT: read as the chat above. from human/user
+//                                          -> user, gpt/assistant/model -> assistant,
+//                                          system -> system, tool/observation/
+//                                          function_response -> tool; function_call ->
+//                                          an assistant turn with tool_calls (its value a
+//                                          JSON string {"name", "arguments"}). Turns may
+//                                          use "role"/"content" instead; "system" becomes
+//                                          a leading system message; "tools" is a list or
+//                                          a string holding one as JSON
+//   {"instruction": "...", "input": "...", "output": "...", "system": "...",
+//    "history": [["q", "a"], ...]}        Alpaca: read as the chat [system], history
+//                                          pairs as user/assistant turns (their answers
+//                                          trained too), user instruction + "\n" + input
+//                                          (LLaMA-Factory's convention; an empty part left
+//                                          out), assistant output. input, system and
+//                                          history are optional
 //   {"prompt": "...", "completion": "..."} tokenized as prompt + completion (+ EOS); the
 //                                          tokens holding completion bytes and EOS are
 //                                          trained (" Paris" after "France:" included)
@@ -31,6 +49,7 @@
 #include <vector>
 
 #include "data/chat_template.h"
+#include "data/lengths.h"
 #include "data/sample.h"
 #include "data/tokenizer.h"
 
@@ -49,7 +68,8 @@ struct TextTokenizer {
 };
 
 struct TextDataOptions {
-  int64_t seq_len = 0;        // samples longer than this are cut (0: no limit)
+  int64_t seq_len = 0;        // samples longer than this are cut (see data/lengths.h;
+                              // 0: no cut)
   int64_t max_bad_lines = 0;  // malformed lines skipped and counted; the next one stops
                               // the run with file:line and the reason
   ChatRenderOptions render;   // chat rendering: extra variables such as enable_thinking
@@ -65,8 +85,9 @@ struct TextDataStats {
   int64_t samples = 0;     // samples produced
   int64_t bad_lines = 0;   // skipped under max_bad_lines
   int64_t truncated = 0;   // samples cut to seq_len
-  int64_t dropped = 0;     // samples with nothing left to train after the cut
+  int64_t dropped = 0;     // samples with nothing to train (from the start, or after the cut)
   std::string first_bad;   // "file:line: reason" of the first skipped line
+  LengthReport lengths;    // the cut (seq_len > 0), else the samples and the longest
 };
 
 // One conversation -> one or more samples (see the file comment). Throws glint::Error
@@ -76,6 +97,37 @@ struct TextDataStats {
 std::vector<Sample> tokenize_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                   const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                   const ChatRenderOptions& options);
+
+// A chat line of another format as OpenAI messages and tools (null: none), ready for
+// tokenize_chat.
+struct ChatLine {
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;
+};
+
+// A ShareGPT line ({"conversations": [...]}, see the file comment) as a chat. Throws
+// glint::Error for "conversations" that is not a non-empty list, a turn that is not an
+// object or lacks a string from/role or value/content, an unknown "from" (naming the turn
+// index, the value and the accepted ones), an empty assistant turn, a function_call value
+// that is not JSON {"name", "arguments"} (or a list of them), a non-string "system", or
+// "tools" that is neither a list nor a JSON string of one. Errors name the turn as
+// conversations[i].
+ChatLine sharegpt_to_chat(const nlohmann::ordered_json& line);
+
+// An Alpaca line ({"instruction", "input", "output", "system", "history"}, see the file
+// comment) as a chat. Throws glint::Error naming the key for a missing or non-string
+// instruction or output, an empty output, a non-string input or system, or a history that
+// is not a list of [question, answer] string pairs (naming the pair) or has an empty answer.
+// null counts as absent for the optional keys.
+ChatLine alpaca_to_chat(const nlohmann::ordered_json& line);
+
+// One parsed JSON line of a text file -> its samples. The form is detected in this order:
+// "messages", "conversations", "instruction"/"output", "prompt"/"completion", "text".
+// Chat forms need `chat_template` (null: an error). Throws glint::Error with the reason
+// (the caller adds file:line), e.g. for a line of no known form, listing them.
+std::vector<Sample> tokenize_text_line(const nlohmann::ordered_json& line, const Tokenizer& tokenizer,
+                                       const ChatTemplate* chat_template, int32_t eos_id,
+                                       const ChatRenderOptions& options);
 
 // prompt + completion -> one sample with the completion (and EOS when eos_id >= 0) trained.
 Sample tokenize_prompt_completion(const std::string& prompt, const std::string& completion,

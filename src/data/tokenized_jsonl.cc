@@ -105,6 +105,7 @@ std::vector<Sample> read_tokenized_jsonl(const std::string& path, int64_t vocab_
     ++lineno;
     if (line.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
     out.push_back(parse_sample(line, Where{path, lineno}, vocab_size));
+    out.back().line = lineno;
   }
   GLINT_CHECK(!in.bad(), path, ":", lineno + 1, ": read failed (", std::strerror(errno), ")");
   if (out.empty()) {

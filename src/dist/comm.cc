@@ -225,4 +225,21 @@ std::shared_ptr<Comm> Comm::create(const World& world) {
   return std::make_shared<GlooComm>(world);
 }
 
+std::string Comm::broadcast_text(const std::string& text, int root) {
+  if (size() == 1) return text;
+  constexpr int64_t kMax = 64 * 1024;
+  GLINT_ASSERT(rank() != root || int64_t(text.size()) <= kMax, "broadcast_text: ", text.size(), " bytes");
+  // Length, then the bytes as int64 values (every backend carries int64).
+  at::Tensor t = at::zeros({kMax + 1}, at::kLong);
+  if (rank() == root) {
+    t[0] = int64_t(text.size());
+    for (size_t i = 0; i < text.size(); ++i) t[int64_t(i) + 1] = int64_t(static_cast<unsigned char>(text[i]));
+  }
+  broadcast(t, root);
+  const int64_t* v = t.data_ptr<int64_t>();
+  std::string out(size_t(v[0]), '\0');
+  for (int64_t i = 0; i < v[0]; ++i) out[size_t(i)] = char(v[i + 1]);
+  return out;
+}
+
 }  // namespace glint

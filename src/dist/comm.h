@@ -45,6 +45,9 @@ class Comm {
   virtual at::Tensor gather(const at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
+  // Every rank calls it; every rank returns root's `text` (at most 64 KiB).
+  std::string broadcast_text(const std::string& text, int root);
+
   // A communicator over `ranks` (ranks of this group, ascending, including this rank's).
   // Every rank in `ranks` must call it with the same arguments; ranks outside do not.
   // `tag` names the group so that groups over the same ranks stay distinct.

@@ -48,11 +48,11 @@ void LoraOptions::parse_targets(const std::string& list, const std::string& what
     } else if (contains(kLinearTargets, item)) {
       if (!contains(out->target_modules, item)) out->target_modules.push_back(item);
     } else {
-      fail(what, ": unknown LoRA target '", item, "' (expected q_proj, k_proj, v_proj, o_proj, "
+      usage_fail(what, ": unknown LoRA target '", item, "' (expected q_proj, k_proj, v_proj, o_proj, "
            "gate_proj, up_proj, down_proj, experts.gate_up_proj, experts.down_proj or all)");
     }
   }
-  GLINT_CHECK(!out->target_modules.empty() || !out->target_parameters.empty(), what,
+  GLINT_USAGE_CHECK(!out->target_modules.empty() || !out->target_parameters.empty(), what,
               ": no LoRA targets in '", list, "'");
 }
 
@@ -66,18 +66,21 @@ std::string LoraOptions::targets_string() const {
 void LoraOptions::validate(const std::string& where) const {
   GLINT_CHECK(r > 0, where, ": LoRA rank r must be positive, got ", r);
   GLINT_CHECK(std::isfinite(alpha) && alpha > 0, where, ": LoRA alpha must be positive, got ", alpha);
+  GLINT_CHECK(dropout >= 0 && dropout < 1, where, ": LoRA dropout must be in [0, 1), got ", dropout);
   for (const auto& t : target_modules)
     GLINT_CHECK(contains(kLinearTargets, t), where, ": unknown target module '", t, "'");
   for (const auto& t : target_parameters)
     GLINT_CHECK(contains(kExpertTargets, t), where, ": unknown target parameter '", t, "'");
 }
 
-LoraLinear::LoraLinear(at::Tensor A_, at::Tensor B_, double s)
-    : A(std::move(A_)), B(std::move(B_)), scale(s) {}
+LoraLinear::LoraLinear(at::Tensor A_, at::Tensor B_, double s, double p)
+    : A(std::move(A_)), B(std::move(B_)), scale(s), dropout(p) {}
 
 at::Tensor LoraLinear::delta(const at::Tensor& x) const {
   auto dt = x.scalar_type();
-  return at::linear(at::linear(x, A.to(dt)), B.to(dt)) * scale;  // [..., out]
+  // Drawn from the default generator: recompute (parallel/recompute.cc) replays its state.
+  const at::Tensor in = training && dropout > 0 ? at::dropout(x, dropout, /*train=*/true) : x;
+  return at::linear(at::linear(in, A.to(dt)), B.to(dt)) * scale;  // [..., out]
 }
 
 LoraExperts::LoraExperts(at::Tensor A_, at::Tensor B_, double s)
@@ -108,6 +111,11 @@ std::vector<at::Tensor> LoraModel::parameters() {
   std::vector<at::Tensor> out;
   for (auto& p : named_parameters()) out.push_back(p.second);
   return out;
+}
+
+void LoraModel::train(bool on) {
+  for (LoraSite& site : sites)
+    if (site.linear) site.linear->training = on;
 }
 
 void LoraModel::detach_from(CausalLMImpl& model) {
@@ -174,7 +182,7 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
     if (it == options.target_modules.end()) return;
     module_used[it - options.target_modules.begin()] = true;
     auto ad = std::make_shared<LoraLinear>(init_A({r, lin->in_features()}, lin->in_features()),
-                                           zeros({lin->out_features(), r}), scale);
+                                           zeros({lin->out_features(), r}), scale, options.dropout);
     if (attach) lin->adapter = ad;
     lm.sites.push_back({path + "." + name, "", ad, nullptr});
   };
@@ -200,6 +208,10 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
         auto it = std::find(options.target_parameters.begin(), options.target_parameters.end(), name);
         if (it == options.target_parameters.end()) continue;
         param_used[it - options.target_parameters.begin()] = true;
+        GLINT_USAGE_CHECK(options.dropout == 0, "LoRA dropout ", options.dropout, " with the expert target ",
+                          name, ": PEFT's target_parameters LoRA (ParamWrapper) refuses adapters with "
+                          "lora_dropout != 0, so the adapter could not be loaded; leave experts.* out of the "
+                          "targets, or use --lora-dropout 0");
         int64_t in = name == "gate_up_proj" ? H : I, out = name == "gate_up_proj" ? 2 * I : H;
         // A is drawn for all experts and sliced to the local ones (expert parallelism), so
         // every mesh starts from the same adapter.

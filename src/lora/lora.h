@@ -22,6 +22,8 @@ struct LoraOptions {
   int64_t r = 16;                 // rank
   double alpha = 32.0;            // scale = alpha / r (alpha / sqrt(r) with rsLoRA)
   bool use_rslora = false;
+  double dropout = 0.0;           // PEFT lora_dropout: on the adapter's input, in training
+                                  // only; linear targets (PEFT refuses it on expert ones)
   // Linear module names (PEFT target_modules): q_proj k_proj v_proj o_proj, and the dense
   // MLP's gate_proj up_proj down_proj.
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
@@ -41,14 +43,16 @@ struct LoraOptions {
   void validate(const std::string& where) const;
 };
 
-// y += (x A^T) B^T * scale.
+// y += (dropout(x) A^T) B^T * scale; dropout only while training.
 class LoraLinear : public LinearAdapter {
  public:
-  LoraLinear(at::Tensor A, at::Tensor B, double scale);
+  LoraLinear(at::Tensor A, at::Tensor B, double scale, double dropout = 0.0);
   at::Tensor delta(const at::Tensor& x) const override;
   at::Tensor A;  // [r, in]
   at::Tensor B;  // [out, r]
   double scale;
+  double dropout;         // probability of zeroing an input element (scaled by 1/(1-p))
+  bool training = false;  // dropout applies only while true (LoraModel::train)
 };
 
 // y_e += (x_e A_e^T) B_e^T * scale for each expert's token group.
@@ -85,6 +89,9 @@ class LoraModel {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters();
   std::vector<at::Tensor> parameters();
   void detach_from(CausalLMImpl& model);  // removes every adapter from the model
+  // Training mode on or off: dropout (options.dropout) applies only while on. Off after
+  // apply_lora / make_lora.
+  void train(bool on);
 };
 
 // True when any projection of `model` has an adapter attached.

@@ -75,7 +75,7 @@ nlohmann::json adapter_config_json(const LoraOptions& o, const std::string& base
       {"use_rslora", o.use_rslora},
       {"target_modules", o.target_modules},
       {"target_parameters", params},
-      {"lora_dropout", 0.0},
+      {"lora_dropout", o.dropout},
       {"bias", "none"},
       {"fan_in_fan_out", false},
       {"inference_mode", true},
@@ -107,6 +107,7 @@ LoraOptions lora_options_from_adapter_config(const std::string& path) {
   GLINT_CHECK(get("lora_alpha").is_number(), path, ": field 'lora_alpha' must be a number");
   o.alpha = get("lora_alpha").get<double>();
   if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) o.use_rslora = j["use_rslora"];
+  if (j.contains("lora_dropout") && j["lora_dropout"].is_number()) o.dropout = j["lora_dropout"].get<double>();
   for (const char* k : {"rank_pattern", "alpha_pattern"})
     GLINT_CHECK(!j.contains(k) || j[k].is_null() || j[k].empty(), path, ": field '", k,
                 "' is not supported (per-module ranks)");

@@ -4,6 +4,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include "core/error.h"
+#include "model/chunked_loss.h"
 
 namespace glint {
 
@@ -98,15 +99,25 @@ at::Tensor CausalLMImpl::logits(const at::Tensor& hidden) {
 
 at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
                                const at::Tensor& labels) {
-  int64_t S = hidden.size(1);
-  at::Tensor h = hidden.narrow(1, 0, S - 1);                          // [B,S-1,H]
-  at::Tensor target = labels.to(hidden.device()).narrow(1, 1, S - 1);  // [B,S-1]
+  const int64_t B = hidden.size(0), S = hidden.size(1), H = hidden.size(2);
   auto compute = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor logp = at::log_softmax(model.logits(h).to(compute), -1);  // [B,S-1,V]
-  int64_t V = logp.size(-1);
-  at::Tensor nll = at::nll_loss(logp.reshape({-1, V}), target.reshape({-1}), {},
-                                at::Reduction::None, /*ignore_index=*/-100);
-  return nll.view(target.sizes());
+  at::Tensor target = labels.to(hidden.device()).narrow(1, 1, S - 1);  // [B,S-1]
+  if (model.lm_head && model.lm_head->adapter) {  // an adapted head: the plain path
+    at::Tensor logp = at::log_softmax(model.logits(hidden.narrow(1, 0, S - 1)).to(compute), -1);  // [B,S-1,V]
+    at::Tensor nll = at::nll_loss(logp.reshape({-1, logp.size(-1)}), target.reshape({-1}), {},
+                                  at::Reduction::None, /*ignore_index=*/-100);
+    return nll.view(target.sizes());
+  }
+  // Only the positions whose next token is a label: their rows of hidden, in [B*S] order.
+  at::Tensor trained = at::zeros({B, S}, target.options().dtype(at::kBool));
+  trained.narrow(1, 0, S - 1).copy_(target.ne(-100));
+  at::Tensor rows = trained.reshape({-1}).nonzero().reshape({-1});                    // [N]
+  at::Tensor h = hidden.reshape({B * S, H}).index_select(0, rows);                     // [N,H]
+  at::Tensor next = labels.to(hidden.device()).reshape({-1}).index_select(0, rows + 1);  // [N]
+  at::Tensor nll = chunked_cross_entropy(h, model.lm_head_weight(), next);            // [N]
+  // Back to [B,S-1] with zeros elsewhere: row b*S+i is position (b, i).
+  at::Tensor out = at::zeros({B * S}, nll.options()).index_add(0, rows, nll);
+  return out.view({B, S}).narrow(1, 0, S - 1);
 }
 
 LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,

@@ -79,6 +79,8 @@ TORCH_MODULE(CausalLM);
 
 // Per-token cross-entropy with the causal shift: position i predicts labels[:, i+1].
 // hidden [B,S,H], labels [B,S] -> [B,S-1] float32 (0 where the label is ignored).
+// Only label positions are projected onto the vocabulary, chunk by chunk
+// (model/chunked_loss.h): [tokens, V] logits are never held whole.
 at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
                                const at::Tensor& labels);
 

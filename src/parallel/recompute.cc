@@ -1,6 +1,9 @@
 #include "parallel/recompute.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
@@ -14,6 +17,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+at::Tensor cpu_rng_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
 // What backward needs to re-run the layer; kept in the autograd context.
 struct LayerCall : torch::CustomClassHolder {
   RecomputeRunner* runner = nullptr;
@@ -22,6 +37,9 @@ struct LayerCall : torch::CustomClassHolder {
   RotaryTables rope;
   at::Tensor mask;
   bool moe = false;
+  // The default generator's state before the forward: the recompute replays it, so a
+  // stochastic layer (LoRA dropout) draws the same masks twice.
+  at::Tensor rng_state;
 
   variable_list compute(const at::Tensor& x) const {
     std::vector<at::Tensor> logits;
@@ -43,6 +61,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     for (size_t i = 1; i < inputs.size(); ++i) rest.push_back(inputs[i]);
     ctx->saved_data["rest"] = rest;
     call->runner->before_compute(call->index);
+    call->rng_state = cpu_rng_state();
     variable_list out = call->compute(inputs[0]);
     call->runner->after_compute(call->index);
     return out;
@@ -63,7 +82,10 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
       at::AutoGradMode grad_on(true);
       at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(
           ctx->saved_data["x_requires_grad"].toBool());
+      at::Tensor current = cpu_rng_state();
+      set_cpu_rng_state(call->rng_state);
       variable_list outs = call->compute(x), grads{grad_out[0]};
+      set_cpu_rng_state(current);
       if (outs.size() > 1) {
         if (grad_out.size() > 1 && grad_out[1].defined()) grads.push_back(grad_out[1]);
         else outs.pop_back();

@@ -4,7 +4,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -32,7 +34,34 @@ void MetricsWriter::write(const nlohmann::json& record) {
               path_, ": write failed (", std::strerror(errno), ")");
 }
 
-Progress::Progress(int64_t total) : total_(total), tty_(::isatty(STDERR_FILENO)) {}
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::string format_duration(double seconds) {
+  int64_t s = int64_t(std::max(0.0, seconds) + 0.5);
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", (long long)s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else if (s < 86400) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else std::snprintf(buf, sizeof buf, "%lldd%02lldh", (long long)(s / 86400), (long long)(s % 86400 / 3600));
+  return buf;
+}
+
+Progress::Progress(int64_t total) : total_(total), tty_(::isatty(STDERR_FILENO)), start_(now_seconds()) {}
+
+double Progress::elapsed_seconds() const { return now_seconds() - start_; }
+
+double Progress::eta_seconds(int64_t done) const {
+  if (done <= 0 || total_ <= done) return 0;
+  return elapsed_seconds() / double(done) * double(total_ - done);
+}
+
+std::string Progress::timing(int64_t done) const {
+  return format_duration(elapsed_seconds()) + " elapsed, " + format_duration(eta_seconds(done)) + " left";
+}
 
 void Progress::update(int64_t done, const std::string& status) {
   if (!tty_) return;
@@ -40,8 +69,9 @@ void Progress::update(int64_t done, const std::string& status) {
   int filled = total_ > 0 ? int(width * done / total_) : width;
   std::string bar(filled, '=');
   if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
-  std::fprintf(stderr, "\r\033[K[%s] %lld/%lld %s", bar.c_str(), (long long)done,
-               (long long)total_, status.c_str());
+  std::fprintf(stderr, "\r\033[K[%s] %lld/%lld %s<%s %s", bar.c_str(), (long long)done, (long long)total_,
+               format_duration(elapsed_seconds()).c_str(), format_duration(eta_seconds(done)).c_str(),
+               status.c_str());
   std::fflush(stderr);
   drawn_ = true;
 }

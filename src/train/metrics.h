@@ -23,20 +23,31 @@ class MetricsWriter {
   std::FILE* f_ = nullptr;
 };
 
-// A one-line progress bar on a terminal (stderr); silent elsewhere.
+// "45s", "3m12s", "2h05m", "3d04h".
+std::string format_duration(double seconds);
+
+// A one-line progress bar on a terminal (stderr); silent elsewhere. It keeps the time
+// since it was made, and estimates the time left from the mean time per unit done.
 class Progress {
  public:
   explicit Progress(int64_t total);
+  // Draws "[=====>    ] done/total 1m02s<3m10s status".
   void update(int64_t done, const std::string& status);
   void finish();
   // Prints a full line, keeping the bar below it.
   void line(const std::string& text);
   bool interactive() const { return tty_; }
+  double elapsed_seconds() const;
+  // Seconds left at `done` of total (0 before any is done).
+  double eta_seconds(int64_t done) const;
+  // "1m02s elapsed, 3m10s left".
+  std::string timing(int64_t done) const;
 
  private:
   int64_t total_;
   bool tty_;
   bool drawn_ = false;
+  double start_;  // steady clock, seconds
 };
 
 }  // namespace glint

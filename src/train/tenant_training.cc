@@ -74,13 +74,14 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   return t;
 }
 
-void Trainer::setup_tenants(int64_t vocab) {
+void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
   const int W = comm_->size();
   int64_t r_max = 0;
   for (const auto& t : opt_.tenants) r_max = std::max(r_max, t.adapter.lora.r);
   bank_ = std::make_unique<TenantBank>(*model_, int64_t(opt_.tenants.size()), r_max);
   int64_t steps = 0;
-  for (const TenantSpec& spec : opt_.tenants) {
+  for (size_t i = 0; i < opt_.tenants.size(); ++i) {
+    const TenantSpec& spec = opt_.tenants[i];
     GLINT_CHECK(spec.batch_size % W == 0, "tenant ", spec.adapter.name, ": batch (", spec.batch_size,
                 ") must be a multiple of the number of ranks (", W, ")");
     auto st = std::make_unique<TenantState>();
@@ -88,7 +89,8 @@ void Trainer::setup_tenants(int64_t vocab) {
     TenantOptions adapter = spec.adapter;
     if (model_->placement.dtype == at::kDouble) adapter.lora.dtype = at::kDouble;
     st->slot = bank_->add(adapter);
-    st->samples = read_data(spec.data, data_->collate.seq_len, vocab, &data_->collate.pad_id);
+    st->samples = std::move(data[i]);
+    report_.push_back(epoch_line("tenant " + spec.adapter.name, st->samples, spec.steps, spec.batch_size));
     st->sampler = std::make_unique<EpochSampler>(st->samples.size(), spec.seed);
     for (auto& [name, t] : bank_->adapter(st->slot).named_parameters()) {
       Comm* group = is_expert_parameter(name) ? expert_replicas_.get() : comm_.get();
@@ -141,8 +143,8 @@ std::vector<Batch> Trainer::next_tenant_batches() {
     parts.push_back(std::move(one[0]));
   }
   GLINT_ASSERT(!parts.empty(), "no tenant has steps left");
-  Batch all = concat_rows(parts);
-  return split_rows(all, opt_.micro_batch_size > 0 ? opt_.micro_batch_size : all.input_ids.size(0));
+  Batch all = concat_rows(parts, data_->collate.pad_id);
+  return split_rows(all, micro_batch_size_);
 }
 
 StepStats Trainer::step_tenants(const std::vector<Batch>& micro_batches) {

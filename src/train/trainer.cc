@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "data/collate.h"
+#include "data/lengths.h"
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "data/text_dataset.h"
@@ -28,29 +29,46 @@
 #include "parallel/checkpoint.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fsdp.h"
+#include "train/memory_estimate.h"
 #include "train/metrics.h"
+#include "train/run_dir.h"
+#include "dist/world.h"
 
 namespace glint {
 
 void TrainOptions::validate() const {
-  GLINT_CHECK(steps > 0, "--steps must be positive, got ", steps);
-  GLINT_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
-  GLINT_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
+  GLINT_USAGE_CHECK(steps > 0, "--steps must be positive, got ", steps);
+  GLINT_USAGE_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
+  GLINT_USAGE_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
   if (micro_batch_size > 0)
-    GLINT_CHECK(batch_size % micro_batch_size == 0, "--batch-size (", batch_size,
+    GLINT_USAGE_CHECK(batch_size % micro_batch_size == 0, "--batch-size (", batch_size,
                 ") must be a multiple of --micro-batch-size (", micro_batch_size, ")");
-  GLINT_CHECK(seq_len >= 0 && seq_len != 1, "--seq-len must be >= 2, got ", seq_len);
-  GLINT_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
-  GLINT_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ",
+  GLINT_USAGE_CHECK(seq_len >= 0 && seq_len != 1, "--seq-len must be >= 2, got ", seq_len);
+  GLINT_USAGE_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
+  GLINT_USAGE_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ",
               min_lr_ratio);
-  GLINT_CHECK(max_grad_norm >= 0, "--max-grad-norm must be >= 0, got ", max_grad_norm);
-  GLINT_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
-  GLINT_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
-  GLINT_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
-  GLINT_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
-  GLINT_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
-  GLINT_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
-  GLINT_CHECK(!output.empty(), "--output must not be empty");
+  GLINT_USAGE_CHECK(max_grad_norm >= 0, "--max-grad-norm must be >= 0, got ", max_grad_norm);
+  GLINT_USAGE_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
+  GLINT_USAGE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
+  GLINT_USAGE_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
+  GLINT_USAGE_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
+  GLINT_USAGE_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
+  GLINT_USAGE_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
+  GLINT_USAGE_CHECK(std::isfinite(router_aux_loss_coef), "--router-aux-loss-coef must be a number, got ",
+                    router_aux_loss_coef);
+  GLINT_USAGE_CHECK(tenants.empty() || router_aux_loss_coef <= 0,
+                    "--router-aux-loss-coef does not go with --tenant: the load-balancing loss is a statistic of "
+                    "the whole batch and would couple the tenants");
+  GLINT_USAGE_CHECK(tenants.empty() || lora.dropout == 0,
+                    "--lora-dropout does not go with --tenant (tenant adapters train without dropout)");
+  GLINT_USAGE_CHECK(data.empty() || path_exists(data), "--data ", data, ": no such file");
+  for (const TenantSpec& t : tenants)
+    GLINT_USAGE_CHECK(path_exists(t.data), "--tenant ", t.adapter.name, ": data ", t.data, ": no such file");
+  GLINT_USAGE_CHECK(model_dir.empty() || path_exists(model_dir + "/config.json"), "--model ", model_dir,
+                    ": no config.json (is this a Hugging Face model directory?)");
+  GLINT_USAGE_CHECK(tokenizer.empty() || path_exists(tokenizer + "/tokenizer.json"), "--tokenizer ", tokenizer,
+                    ": no tokenizer.json");
+  if (!memory_budget.empty()) parse_memory_size(memory_budget, "--memory-budget");
   adam.validate("AdamW options");
   if (!full) lora.validate("LoRA options");
 }
@@ -59,10 +77,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     : opt_(std::move(options)), comm_(comm ? std::move(comm) : Comm::create(World{})) {
   opt_.validate();
   const int W = comm_->size();
-  GLINT_CHECK(opt_.batch_size % W == 0, "--batch-size (", opt_.batch_size,
+  GLINT_USAGE_CHECK(opt_.batch_size % W == 0, "--batch-size (", opt_.batch_size,
               ") must be a multiple of the number of ranks (", W, ")");
   if (opt_.micro_batch_size > 0)
-    GLINT_CHECK((opt_.batch_size / W) % opt_.micro_batch_size == 0, "each rank's share of --batch-size (",
+    GLINT_USAGE_CHECK((opt_.batch_size / W) % opt_.micro_batch_size == 0, "each rank's share of --batch-size (",
                 opt_.batch_size / W, ") must be a multiple of --micro-batch-size (",
                 opt_.micro_batch_size, ")");
   at::set_num_threads(opt_.threads > 0 ? int(opt_.threads)
@@ -95,9 +113,15 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     expert_replicas_ = mesh_->axis_comm("ep_fsdp");
     shard_experts(*model_, ep_comm_);
   }
-  if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
-  int64_t vocab = model_->config.vocab_size;
+  if (opt_.router_aux_loss_coef >= 0) {  // the CLI's choice over config.json's
+    model_->config.output_router_logits = opt_.router_aux_loss_coef > 0;
+    model_->config.router_aux_loss_coef = opt_.router_aux_loss_coef;
+  }
+  const int64_t vocab = model_->config.vocab_size;
+  // The data before the weights: a bad line costs seconds, not a checkpoint load.
   CollateOptions collate;
+  collate.pack = opt_.pack;
+  std::vector<std::vector<Sample>> tenant_data;
   if (builtin_task_) {
     GLINT_CHECK(vocab >= ReverseDigitsTask::kVocabSize, "the built-in task needs a vocabulary of ",
                 ReverseDigitsTask::kVocabSize, " tokens; the model has ", vocab);
@@ -105,14 +129,27 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     samples_ = task.generate(20000, opt_.seed + 1);
     collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : task.max_sample_len();
     collate.pad_id = ReverseDigitsTask::kPad;
+    LengthReport cut = fit_to_length(&samples_, collate.seq_len);
+    if (cut.cut > 0) report_.push_back("built-in task: " + cut.summary());
+    GLINT_CHECK(!samples_.empty(), "--seq-len ", collate.seq_len, " leaves no built-in task sample with a trained token");
+    report_.push_back(epoch_line("built-in task", samples_, opt_.steps, opt_.batch_size));
   } else {
-    collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : 128;
-    collate.pad_id = 0;
-    if (opt_.tenants.empty()) samples_ = read_data(opt_.data, collate.seq_len, vocab, &collate.pad_id);
+    std::vector<std::string> paths;
+    if (opt_.tenants.empty()) paths.push_back(opt_.data);
+    for (const TenantSpec& t : opt_.tenants) paths.push_back(t.data);
+    data_.reset(new DataState{std::nullopt, collate});  // load_data sets seq_len and pad_id
+    std::vector<std::vector<Sample>> sets = load_data(paths, vocab);
+    collate = data_->collate;
+    if (opt_.tenants.empty()) {
+      samples_ = std::move(sets[0]);
+      report_.push_back(epoch_line(opt_.data, samples_, opt_.steps, opt_.batch_size));
+    } else {
+      tenant_data = std::move(sets);
+    }
   }
-  collate.pack = opt_.pack;
   data_.reset(new DataState{std::nullopt, collate});
   if (opt_.tenants.empty()) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
+  if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
   // every rank, expert tensors on the ranks holding the same experts.
@@ -128,12 +165,13 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       placement_.push_back(replicated(is_expert_parameter(item.key())));
     }
   } else if (!opt_.tenants.empty()) {
-    setup_tenants(vocab);
+    setup_tenants(std::move(tenant_data));
   } else {
     LoraOptions lora = opt_.lora;
     // Adapters train in float32 over low-precision bases; a float64 run stays float64.
     if (place.dtype == at::kDouble) lora.dtype = at::kDouble;
     lora_ = apply_lora(*model_, lora, opt_.seed + 2);
+    lora_.train(true);
     for (auto& [name, t] : lora_.named_parameters()) {
       trainable_.push_back(t);
       trainable_names_.push_back(name);
@@ -168,37 +206,69 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   schedule_.total_steps = opt_.steps;
   schedule_.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
   schedule_.min_lr_ratio = opt_.min_lr_ratio;
+  plan_memory();
 }
 
 Trainer::~Trainer() = default;
 
-std::vector<Sample> Trainer::read_data(const std::string& path, int64_t seq_len, int64_t vocab, int64_t* pad_id) {
-  if (is_pretokenized_jsonl(path)) return read_tokenized_jsonl(path, vocab);
-  const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
-  GLINT_CHECK(!dir.empty(), path, " holds text (messages, prompt/completion or text lines); tokenizing it "
-              "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
-  if (!text_tokenizer_) {  // one load for every text file of the run (tenants share it)
-    text_tokenizer_ = std::make_unique<TextTokenizer>(TextTokenizer::load(dir));
-    GLINT_CHECK(text_tokenizer_->tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ",
-                text_tokenizer_->tokenizer.vocab_size(), " tokens but the model's vocab_size is ", vocab);
+void Trainer::plan_memory() {
+  const int W = comm_->size();
+  MemoryInputs in;
+  in.weight_bytes = local_weight_bytes();
+  for (const auto& p : trainable_) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+  auto data_bytes = [](const std::vector<Sample>& set) {
+    int64_t n = 0;
+    for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
+    return n;
+  };
+  in.data_bytes = data_bytes(samples_);
+  for (const auto& t : tenants_) in.data_bytes += data_bytes(t->samples);
+  in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
+  in.seq_len = data_->collate.seq_len;
+  in.ep = opt_.ep;
+  in.lora_r = opt_.full ? 0 : opt_.lora.r;
+  for (const auto& t : opt_.tenants) in.lora_r = std::max(in.lora_r, t.adapter.lora.r);
+  in.recompute = opt_.fsdp || opt_.activation_checkpointing;
+  in.fsdp = opt_.fsdp;
+  in.full = opt_.full;
+  // Rows of one step on this rank: its share of the batch (of every tenant's batch).
+  int64_t rows = opt_.batch_size / W;
+  if (!tenants_.empty()) {
+    rows = 0;
+    for (const auto& t : tenants_) rows += t->spec.batch_size / W;
   }
-  const TextTokenizer& text = *text_tokenizer_;
-  *pad_id = std::max(text.pad_id, 0);
-  TextDataOptions o;
-  o.seq_len = seq_len;
-  o.max_bad_lines = opt_.max_bad_lines;
-  o.set_enable_thinking(opt_.enable_thinking);
-  TextDataStats st;
-  std::vector<Sample> samples =
-      read_text_jsonl(path, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%s: %lld samples from %lld lines (%lld cut to --seq-len %lld, %lld with nothing "
-                "left to train, %lld bad lines skipped)",
-                path.c_str(), (long long)st.samples, (long long)st.lines, (long long)st.truncated,
-                (long long)seq_len, (long long)st.dropped, (long long)st.bad_lines);
-  data_summary_ += (data_summary_.empty() ? "" : "\n") + std::string(buf);
-  if (st.bad_lines > 0) data_summary_ += "; first bad line: " + st.first_bad;
-  return samples;
+  const bool chosen_by_user = opt_.micro_batch_size > 0;
+  double budget = opt_.memory_budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
+                                             : parse_memory_size(opt_.memory_budget, "--memory-budget");
+  auto estimate = [&](int64_t mbs) {
+    in.rows = mbs;
+    return estimate_memory(model_->config, in);
+  };
+  if (chosen_by_user) {
+    micro_batch_size_ = opt_.micro_batch_size;
+  } else {
+    // The largest micro-batch that fits: among the divisors of the rows (equal micro-
+    // batches), from the whole share down to one row.
+    micro_batch_size_ = 1;
+    for (int64_t m = rows; m >= 1; --m)
+      if (rows % m == 0 && (budget <= 0 || estimate(m).total_mb() <= budget)) {
+        micro_batch_size_ = m;
+        break;
+      }
+  }
+  MemoryEstimate e = estimate(micro_batch_size_);
+  std::string line = e.line(micro_batch_size_, in.seq_len);
+  if (budget > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; budget %.0f MB", budget);
+    line += buf;
+  }
+  line += chosen_by_user ? " (--micro-batch-size)" : " (micro-batch chosen to fit the budget)";
+  report_.push_back(line);
+  if (budget > 0 && e.total_mb() > budget)
+    report_.push_back(std::string("warning: the estimate exceeds the memory budget") +
+                      (chosen_by_user ? "; a smaller --micro-batch-size" : " even at one sequence per micro-batch;") +
+                      " --activation-checkpointing, --fsdp or a shorter --seq-len would lower it");
 }
 
 std::vector<Batch> Trainer::next_micro_batches() {
@@ -210,8 +280,7 @@ std::vector<Batch> Trainer::next_micro_batches() {
   std::vector<const Sample*> picked;
   for (int64_t i = comm_->rank() * share; i < (comm_->rank() + 1) * share; ++i)
     picked.push_back(&samples_[idx[i]]);
-  int64_t mbs = opt_.micro_batch_size > 0 ? opt_.micro_batch_size : share;
-  return collate(picked, data_->collate, mbs);
+  return collate(picked, data_->collate, micro_batch_size_);
 }
 
 StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
@@ -423,9 +492,11 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& s : held_out) prompts.push_back(ReverseDigitsTask::prompt_of(s));
   if (fsdp_) fsdp_->gather(fsdp_->root_unit());
+  lora_.train(false);  // no dropout while evaluating
   auto generated = greedy_generate(*model_, prompts, task.max_digits + 1, ReverseDigitsTask::kEos,
                                    ReverseDigitsTask::kPad);
   if (fsdp_) fsdp_->release(fsdp_->root_unit());
+  lora_.train(true);
   int64_t correct = 0;
   for (size_t i = 0; i < held_out.size(); ++i)
     correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
@@ -453,7 +524,12 @@ void Trainer::save_full_model() {
       ex.first_expert = 0;
     }
   }
-  if (lead) save_pretrained(*model_, opt_.output + "/model");
+  if (lead) {
+    save_pretrained(*model_, opt_.output + "/model");
+    // The tokenizer too, so the directory is a whole model (transformers, vLLM, --model).
+    const std::string tokenizer = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
+    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, opt_.output + "/model");
+  }
   {
     at::NoGradGuard no_grad;
     for (auto& [ex, w] : local) {
@@ -504,6 +580,7 @@ void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
 void Trainer::run() {
   // Rank 0 reports and writes; the other ranks train silently beside it.
   const bool lead = comm_->rank() == 0;
+  GLINT_CHECK(!opt_.output.empty(), "the run has no output directory (TrainOptions::output)");
   std::unique_ptr<MetricsWriter> metrics;
   if (lead) {
     make_dirs(opt_.output);
@@ -517,10 +594,12 @@ void Trainer::run() {
       tenant_metrics[name] = std::make_unique<MetricsWriter>(opt_.output + "/" + name + "/metrics.jsonl");
     }
   Progress progress(lead ? opt_.steps : 0);
-  if (lead && !data_summary_.empty()) progress.line(data_summary_.c_str());
-  auto say = [&](const char* line) {
+  auto say = [&](const std::string& line) {
     if (lead) progress.line(line);
   };
+  for (const std::string& line : report_) say(line);
+  say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
+      "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
   // Sharded layers and experts make every forward collective: then all ranks evaluate.
   const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm_);
@@ -528,20 +607,38 @@ void Trainer::run() {
   double first_acc = -1, last_acc = -1;
   if (evaluates) {
     first_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    std::snprintf(buf, sizeof buf, "step %4d  held-out exact match %5.1f%%", 0, 100 * first_acc);
+    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt_.steps).size()),
+                  0, (long long)opt_.steps, 100 * first_acc);
     say(buf);
   }
-  double window_loss = 0, first_loss = 0, last_loss = 0;
-  int64_t window = 0;
+  // Means over the steps since the previous line: the run's, and each tenant's.
+  struct Window {
+    double loss = 0, seconds = 0;
+    int64_t steps = 0, tokens = 0;
+  } window;
+  std::map<std::string, Window> tenant_window;
+  double first_loss = 0, last_loss = 0;
+  const int width = int(std::to_string(opt_.steps).size());
+  auto wall_time = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
   for (int64_t s = 1; s <= opt_.steps; ++s) {
     StepStats st = step(next_micro_batches());
     if (s == 1) first_loss = st.loss;
     last_loss = st.loss;
-    window_loss += st.loss;
-    ++window;
+    window.loss += st.loss;
+    window.seconds += st.seconds;
+    window.tokens += st.tokens;
+    ++window.steps;
+    for (const auto& t : st.tenants) {
+      Window& w = tenant_window[t.name];
+      w.loss += t.loss;
+      ++w.steps;
+    }
     bool eval_now = evaluates && ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
     if (eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
     if (!lead) continue;
+    const double epoch = samples_.empty() ? 0 : double(s) * double(opt_.batch_size) / double(samples_.size());
     nlohmann::json rec = {{"step", s},
                           {"loss", st.loss},
                           {"grad_norm", st.grad_norm},
@@ -550,7 +647,10 @@ void Trainer::run() {
                           {"label_tokens", st.label_tokens},
                           {"tokens_per_s", st.tokens / st.seconds},
                           {"peak_rss_mb", peak_rss_mb()},
-                          {"weights_mb", double(local_weight_bytes()) / (1 << 20)}};
+                          {"weights_mb", double(local_weight_bytes()) / (1 << 20)},
+                          {"time", wall_time()},
+                          {"elapsed_s", progress.elapsed_seconds()}};
+    if (!bank_) rec["epoch"] = epoch;
     if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
     if (st.idle_experts >= 0) {
       rec["idle_experts"] = st.idle_experts;
@@ -559,21 +659,39 @@ void Trainer::run() {
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
     if (eval_now) rec["exact_match"] = last_acc;
     metrics->write(rec);
+    std::map<std::string, double> tenant_epoch;
+    for (const auto& t : tenants_)
+      tenant_epoch[t->spec.adapter.name] =
+          double(t->step) * double(t->spec.batch_size) / double(std::max<size_t>(1, t->samples.size()));
     for (const auto& t : st.tenants)
       tenant_metrics.at(t.name)->write({{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
-                                        {"lr", t.lr}, {"label_tokens", t.label_tokens}});
+                                        {"lr", t.lr}, {"label_tokens", t.label_tokens},
+                                        {"epoch", tenant_epoch[t.name]}, {"time", wall_time()},
+                                        {"elapsed_s", progress.elapsed_seconds()}});
     std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
     progress.update(s, buf);
-    if (s % opt_.log_every == 0 || s == opt_.steps || eval_now) {
-      int n = std::snprintf(buf, sizeof buf,
-                            "step %4lld  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  rss %.0f MB",
-                            (long long)s, window_loss / window, st.grad_norm, st.lr,
-                            st.tokens / st.seconds, peak_rss_mb());
+    // The first step gets a line at once: a slow step should not leave the screen blank.
+    if (s == 1 || s % opt_.log_every == 0 || s == opt_.steps || eval_now) {
+      int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld  loss%s %.4f", width, (long long)s,
+                            (long long)opt_.steps, bank_ ? " (all tenants)" : "", window.loss / double(window.steps));
+      if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
+      n += std::snprintf(buf + n, sizeof buf - n, "  %.0f tok/s", double(window.tokens) / window.seconds);
+      if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
+      n += std::snprintf(buf + n, sizeof buf - n, "  rss %.0f MB  %s", peak_rss_mb(), progress.timing(s).c_str());
       if (eval_now)
         std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%", 100 * last_acc);
       say(buf);
-      window_loss = 0;
-      window = 0;
+      // Tenant runs: one line per tenant that trained since the previous line.
+      for (const auto& t : st.tenants) {
+        Window& w = tenant_window[t.name];
+        if (w.steps == 0) continue;
+        std::snprintf(buf, sizeof buf, "  tenant %s  step %lld  loss %.4f  grad_norm %.3f  lr %.2e  epoch %.2f",
+                      t.name.c_str(), (long long)t.step, w.loss / double(w.steps), t.grad_norm, t.lr,
+                      tenant_epoch[t.name]);
+        say(buf);
+      }
+      window = Window();
+      tenant_window.clear();
     }
   }
   if (!lead) {
@@ -581,8 +699,8 @@ void Trainer::run() {
     return;
   }
   progress.finish();
-  int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld", first_loss,
-                        last_loss, (long long)opt_.steps);
+  int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld in %s", first_loss, last_loss,
+                        (long long)opt_.steps, format_duration(progress.elapsed_seconds()).c_str());
   if (first_acc >= 0 && last_acc >= 0)
     std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
                   100 * last_acc);

@@ -45,18 +45,26 @@ struct TrainOptions {
   std::string tokenizer;         // tokenizer directory for text data; "" = model_dir
   int64_t max_bad_lines = 0;     // malformed data lines to skip (counted) before failing
   std::string enable_thinking;   // chat template variable: "true", "false" or "" (unset)
-  std::string output = "glint-out";  // run directory
+  std::string output;            // run directory ("" = the CLI's default: a new
+                                 // directory under runs/; the Trainer needs one to run())
   int64_t steps = 1000;          // optimizer steps
   int64_t batch_size = 32;       // sequences per optimizer step, over all ranks
   int64_t micro_batch_size = 0;  // sequences per forward/backward on one rank; 0 = the
-                                 // rank's whole share of the batch
-  int64_t seq_len = 0;           // tokens per sequence; 0 = 128 (built-in task: its longest sample)
+                                 // largest share of the batch whose estimated peak memory
+                                 // fits memory_budget
+  std::string memory_budget;     // per rank, "24G" / "1500M" ("" = 90% of the memory
+                                 // available at start, shared by the node's ranks)
+  int64_t seq_len = 0;           // longest row in tokens; longer samples are cut (and
+                                 // reported); 0 = the longest sample rounded up to 8,
+                                 // capped by max_position_embeddings
   bool pack = false;             // pack several samples per sequence
   double lr = 2e-4;              // peak learning rate
   double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
   int64_t warmup_steps = -1;     // -1 = 5% of steps
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;    // 0 disables clipping
+  double router_aux_loss_coef = -1;  // load-balancing loss weight (0: off); < 0: as the
+                                     // model's config.json (output_router_logits)
   AdamWOptions adam;
   bool full = false;             // train every parameter instead of a LoRA adapter
   bool activation_checkpointing = false;  // recompute each decoder layer in backward
@@ -117,6 +125,13 @@ class Trainer {
 
   // Runs options.steps steps, writing OUT/metrics.jsonl, OUT/config.toml is the CLI's.
   void run();
+  // What rank 0 reports before step 1: the data, the sequence length and what it cut,
+  // epochs, the memory estimate. One line each.
+  const std::vector<std::string>& setup_report() const { return report_; }
+  // Sequences per micro-batch on this rank (chosen from the memory budget when
+  // --micro-batch-size is 0) and the sequence length in use.
+  int64_t micro_batch_size() const { return micro_batch_size_; }
+  int64_t seq_len() const { return data_->collate.seq_len; }
   // One optimizer step on the given micro-batches (sum of label tokens normalizes).
   StepStats step(const std::vector<Batch>& micro_batches);
   // Exact-match accuracy of greedy completions on held-out built-in task samples.
@@ -142,12 +157,20 @@ class Trainer {
     Comm* replicas = nullptr;
     int copies = 1;  // ranks holding an identical copy
   };
-  // Reads `path` (pre-tokenized, or text tokenized as in data/text_dataset.h); sets the
-  // padding id for text data.
-  std::vector<Sample> read_data(const std::string& path, int64_t seq_len, int64_t vocab, int64_t* pad_id);
+  // Reads `path` whole (pre-tokenized, or text tokenized as in data/text_dataset.h); sets
+  // the padding id for text data. Samples are cut to the sequence length later.
+  std::vector<Sample> read_data(const std::string& path, int64_t vocab, int64_t* pad_id);
+  // Reads every data file, chooses the sequence length and cuts to it, reporting each.
+  // Returns one sample set per file (the run's, or each tenant's).
+  std::vector<std::vector<Sample>> load_data(const std::vector<std::string>& paths, int64_t vocab);
+  // "data.jsonl: one epoch = 59 samples, 23,456 tokens (4,321 trained); 1000 steps x 32
+  // = 542.4 epochs" for a sample set trained `steps` x `batch`.
+  std::string epoch_line(const std::string& what, const std::vector<Sample>& samples, int64_t steps, int64_t batch);
+  // Chooses the micro-batch size (when not set) and reports the memory estimate.
+  void plan_memory();
   std::unique_ptr<TextTokenizer> text_tokenizer_;  // loaded by the first text file
   // Multi-tenant training (src/train/tenant_training.cc).
-  void setup_tenants(int64_t vocab);
+  void setup_tenants(std::vector<std::vector<Sample>> data);
   std::vector<Batch> next_tenant_batches();
   StepStats step_tenants(const std::vector<Batch>& micro_batches);
   void save_lora(LoraModel& lora, const std::string& dir);
@@ -198,8 +221,9 @@ class Trainer {
   };
   std::unique_ptr<DataState> data_;
   int64_t step_ = 0;
+  int64_t micro_batch_size_ = 0;  // resolved: options' or chosen by plan_memory
   bool builtin_task_ = false;
-  std::string data_summary_;  // what the data file gave, reported by rank 0
+  std::vector<std::string> report_;  // setup_report()
 };
 
 // Greedy completion of each prompt for up to max_new tokens (stops at `eos`); runs the

@@ -140,18 +140,19 @@ TEST(Cli, BadModelDirectoryIsAnError) {
   r = train(model);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("hidden_size"), std::string::npos) << r.output;
-  // Not a directory at all.
+  // Not a directory at all: found before anything is read (a usage error).
   r = train(d + "/nowhere");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("nowhere"), std::string::npos) << r.output;
 }
 
 TEST(Cli, BadFlagValuesAreErrors) {
+  // Usage errors: exit status 2.
   RunResult r = run_glint("train --steps 0 --output " + temp_dir("bad_flags"));
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
   r = run_glint("train --lora-targets q_proj,nonsense --output " + temp_dir("bad_flags2"));
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("nonsense"), std::string::npos) << r.output;
 }
 

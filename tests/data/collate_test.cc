@@ -56,6 +56,7 @@ struct CollateThreeSamples : ::testing::Test {
     CollateOptions o;
     o.seq_len = 6;
     o.pad_id = 0;
+    o.pad_to_longest = false;  // fixed-width rows make the layouts below easy to read
     return o;
   }
 };
@@ -116,6 +117,29 @@ TEST_F(CollateThreeSamples, CollatePacksExactFitWithoutPadding) {
                {{X, X, 8, 9, X, 5}, {X, 2, 3, X, X, X}},
                {{0, 1, 2, 3, 0, 1}, {0, 1, 2, 0, 0, 0}},
                {{0, 0, 0, 0, 1, 1}, {0, 0, 0, -1, -1, -1}}, 5);
+}
+
+// The default pads each batch to its longest row, and the losses do not change: the
+// columns it drops are padding (checked through the model in the trainer tests).
+TEST_F(CollateThreeSamples, PadsEachBatchToItsLongestRow) {
+  CollateOptions o = opts();
+  o.pad_to_longest = true;
+  std::vector<Batch> bs = collate(all, o, 2);
+  ASSERT_EQ(bs.size(), 2u);
+  expect_batch(bs[0], {{1, 2, 3}, {4, 5, 0}}, {{X, 2, 3}, {4, 5, X}}, {{0, 1, 2}, {0, 1, 0}},
+               {{0, 0, 0}, {0, 0, -1}}, 3);
+  expect_batch(bs[1], {{6, 7, 8, 9}}, {{6, X, 8, 9}}, {{0, 1, 2, 3}}, {{0, 0, 0, 0}}, 2);
+  // Packed rows: as long as the fullest row.
+  o.pack = true;
+  bs = collate({&b, &b}, o, 4);
+  ASSERT_EQ(bs.size(), 1u);
+  expect_batch(bs[0], {{4, 5, 4, 5}}, {{X, 5, X, 5}}, {{0, 1, 0, 1}}, {{0, 0, 1, 1}}, 2);
+  // concat_rows widens the shorter part with padding.
+  Batch wide = concat_rows({collate_rows({&b}, opts()), bs[0]}, 9);
+  EXPECT_EQ(wide.input_ids.sizes(), (std::vector<int64_t>{2, 6}));
+  wide = concat_rows({collate(all, o, 1)[1], collate({&b}, o, 1)[0]}, 9);  // [1,4] + [1,2]
+  expect_batch(wide, {{6, 7, 8, 9}, {4, 5, 9, 9}}, {{X, X, 8, 9}, {X, 5, X, X}}, {{0, 1, 2, 3}, {0, 1, 0, 0}},
+               {{0, 0, 0, 0}, {0, 0, -1, -1}}, 3);
 }
 
 TEST(Collate, TruncatesToTheFirstSeqLenTokens) {

@@ -216,5 +216,186 @@ TEST(TextData, TrainOnAChatFileEndToEnd) {
   EXPECT_NE(out.find("<|im_start|>assistant\n⟦world cat<|im_end|>⟧"), std::string::npos) << out;
 }
 
+// The samples of a one-line data file holding `json` (written on one line).
+std::vector<Sample> samples_of_line(const std::string& dir, const TextTokenizer& t, const std::string& json) {
+  std::string path = write_lines(dir, {Json::parse(json).dump()});
+  return read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, {}, nullptr);
+}
+
+// A line of another form gives the very samples (ids and labels) of its {"messages"} line.
+void expect_same_samples(const std::string& dir, const TextTokenizer& t, const std::string& line,
+                         const std::string& messages_line) {
+  std::vector<Sample> got = samples_of_line(dir, t, line), want = samples_of_line(dir, t, messages_line);
+  ASSERT_EQ(got.size(), want.size()) << line;
+  ASSERT_FALSE(want.empty());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(got[k].input_ids, want[k].input_ids) << line;
+    EXPECT_EQ(got[k].labels, want[k].labels) << line;
+  }
+}
+
+TEST(TextData, ShareGptLineEqualsItsMessagesLine) {
+  std::string dir = tokenizer_dir("sharegpt", kChatMl);
+  TextTokenizer t = TextTokenizer::load(dir);
+  // A top-level system prompt, two exchanges; trained on both assistant turns.
+  expect_same_samples(dir, t,
+                      R"({"system":"be nice","conversations":[{"from":"human","value":"hello"},
+                          {"from":"gpt","value":"hello world"},{"from":"human","value":"cat"},
+                          {"from":"gpt","value":"world"}]})",
+                      R"({"messages":[{"role":"system","content":"be nice"},{"role":"user","content":"hello"},
+                          {"role":"assistant","content":"hello world"},{"role":"user","content":"cat"},
+                          {"role":"assistant","content":"world"}]})");
+  // Every accepted "from" value; an empty top-level system adds no message.
+  expect_same_samples(dir, t,
+                      R"({"system":"","conversations":[{"from":"system","value":"s"},{"from":"user","value":"a"},
+                          {"from":"model","value":"b"},{"from":"observation","value":"c"},
+                          {"from":"assistant","value":"d"},{"from":"tool","value":"e"},
+                          {"from":"function_response","value":"f"},{"from":"human","value":"g"},
+                          {"from":"gpt","value":"h"}]})",
+                      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},
+                          {"role":"assistant","content":"b"},{"role":"tool","content":"c"},
+                          {"role":"assistant","content":"d"},{"role":"tool","content":"e"},
+                          {"role":"tool","content":"f"},{"role":"user","content":"g"},
+                          {"role":"assistant","content":"h"}]})");
+  // Dumps that write role/content inside "conversations".
+  expect_same_samples(dir, t,
+                      R"({"conversations":[{"role":"human","content":"hello"},{"role":"assistant","content":"cat"}]})",
+                      R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"cat"}]})");
+  // Not vacuous: only the assistant turns are trained.
+  auto samples = samples_of_line(
+      dir, t, R"({"conversations":[{"from":"human","value":"hello"},{"from":"gpt","value":"world"}]})");
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(split_by_label(samples[0], t.tokenizer).first, "world<|im_end|>");
+}
+
+// ChatML with tools in the system turn and tool calls after the content, as Qwen2.5 renders them.
+const char* kToolChat =
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}"
+    "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+TEST(TextData, ShareGptFunctionCallEqualsAToolCallsMessage) {
+  std::string dir = tokenizer_dir("sharegpt_tools", kToolChat);
+  TextTokenizer t = TextTokenizer::load(dir);
+  const std::string tool = R"({"name":"weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}})";
+  const std::string messages =
+      R"({"messages":[{"role":"user","content":"hello"},
+          {"role":"assistant","tool_calls":[{"type":"function","function":{"name":"weather","arguments":{"city":"cat"}}}]},
+          {"role":"tool","content":"world"},{"role":"assistant","content":"hello world"}],"tools":[)" + tool + "]}";
+  // "tools" as LLaMA-Factory writes it (a JSON string) and as a list.
+  Json tools_string = Json("[" + tool + "]");
+  for (const std::string& tools : {tools_string.dump(), "[" + tool + "]"}) {
+    expect_same_samples(dir, t,
+                        R"({"conversations":[{"from":"human","value":"hello"},
+                            {"from":"function_call","value":"{\"name\": \"weather\", \"arguments\": {\"city\": \"cat\"}}"},
+                            {"from":"observation","value":"world"},{"from":"gpt","value":"hello world"}],"tools":)" +
+                            tools + "}",
+                        messages);
+  }
+  // The call is rendered and trained, the tool result is not.
+  auto samples = samples_of_line(dir, t, messages);
+  ASSERT_EQ(samples.size(), 1u);
+  auto [trained, rest] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained, R"(<tool_call>{"name": "weather", "arguments": {"city": "cat"}}</tool_call><|im_end|>)"
+                     "hello world<|im_end|>");
+  EXPECT_NE(rest.find("\"weather\""), std::string::npos) << rest;  // the tools' schema
+  EXPECT_NE(rest.find("<|im_start|>tool\nworld<|im_end|>"), std::string::npos) << rest;
+}
+
+TEST(TextData, AlpacaLineEqualsItsMessagesLine) {
+  std::string dir = tokenizer_dir("alpaca", kChatMl);
+  TextTokenizer t = TextTokenizer::load(dir);
+  // With input: the user turn is instruction + "\n" + input.
+  expect_same_samples(dir, t, R"({"instruction":"hello","input":"cat","output":"world"})",
+                      R"({"messages":[{"role":"user","content":"hello\ncat"},{"role":"assistant","content":"world"}]})");
+  // Without input (empty, null or absent): the instruction alone.
+  for (const char* line : {R"({"instruction":"hello","input":"","output":"world"})",
+                           R"({"instruction":"hello","input":null,"output":"world"})",
+                           R"({"instruction":"hello","output":"world"})"})
+    expect_same_samples(dir, t, line,
+                        R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"world"}]})");
+  // With history and a system prompt: history pairs are earlier (trained) turns.
+  expect_same_samples(dir, t,
+                      R"({"system":"be nice","history":[["hello","world"],["cat","hello world"]],
+                          "instruction":"hello","input":"world","output":"cat"})",
+                      R"({"messages":[{"role":"system","content":"be nice"},{"role":"user","content":"hello"},
+                          {"role":"assistant","content":"world"},{"role":"user","content":"cat"},
+                          {"role":"assistant","content":"hello world"},{"role":"user","content":"hello\nworld"},
+                          {"role":"assistant","content":"cat"}]})");
+  auto samples = samples_of_line(
+      dir, t, R"({"system":"be nice","history":[["hello","world"]],"instruction":"cat","output":"hello"})");
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(split_by_label(samples[0], t.tokenizer).first, "world<|im_end|>hello<|im_end|>");
+}
+
+TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
+  std::string dir = tokenizer_dir("forms_bad", kChatMl);
+  TextTokenizer t = TextTokenizer::load(dir);
+  const std::string good = R"({"instruction":"hello","output":"world"})";
+  struct Case {
+    std::string line, expect;
+  };
+  std::vector<Case> cases = {
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"bot","value":"x"}]})",
+       "conversations[1] has unknown \"from\" 'bot' (expected human, user, gpt, assistant, model, system, tool, "
+       "observation, function_response, or function_call)"},
+      {R"({"conversations":[{"role":"wizard","content":"hi"},{"role":"gpt","content":"x"}]})",
+       "conversations[0] has unknown \"role\" 'wizard'"},
+      {R"({"conversations":[{"from":"human","value":1},{"from":"gpt","value":"x"}]})",
+       "conversations[0] (\"from\": \"human\") has no string \"value\""},
+      {R"({"conversations":[{"value":"hi"},{"from":"gpt","value":"x"}]})",
+       "conversations[0] has no string \"from\""},
+      {R"({"conversations":[{"from":"human","value":"hi"},"x"]})", "conversations[1] is not an object"},
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":""}]})",
+       "conversations[1] is an empty gpt turn"},
+      {R"J({"conversations":[{"from":"human","value":"hi"},{"from":"function_call","value":"weather(1)"}]})J",
+       "conversations[1] (function_call): \"value\" is not JSON"},
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"function_call","value":"{\"name\":\"f\"}"}]})",
+       "conversations[1] (function_call): expected a JSON string {\"name\""},
+      {R"({"conversations":[{"from":"human","value":"hi"}]})", "no assistant turn"},
+      {R"({"conversations":{"from":"human"}})", "\"conversations\" must be a non-empty list"},
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}],"system":1})",
+       "\"system\" must be a string"},
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}],"tools":"[x"})",
+       "\"tools\" is a string that is not JSON"},
+      {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}],"tools":{"name":"f"}})",
+       "\"tools\" must be a list"},
+      {R"({"instruction":["hi"],"output":"x"})", "\"instruction\" must be a string, got array"},
+      {R"({"instruction":"hi"})", "\"output\" is missing"},
+      {R"({"output":"x"})", "\"instruction\" is missing"},
+      {R"({"instruction":"hi","output":""})", "\"output\" is empty"},
+      {R"({"instruction":"hi","input":2,"output":"x"})", "\"input\" must be a string"},
+      {R"({"instruction":"hi","system":false,"output":"x"})", "\"system\" must be a string"},
+      {R"({"instruction":"hi","output":"x","history":"hello"})", "\"history\" must be a list"},
+      {R"({"instruction":"hi","output":"x","history":[["a","b"],["a"]]})",
+       "\"history\"[1] must be a [question, answer] pair of strings"},
+      {R"({"instruction":"hi","output":"x","history":[["a",""]]})", "\"history\"[0] has an empty answer"},
+      {R"({"question":"a"})",
+       "expected \"messages\" (OpenAI chat), \"conversations\" (ShareGPT), \"instruction\" and \"output\" (Alpaca), "
+       "\"prompt\" and \"completion\", or \"text\""},
+      {R"({"input_ids":[1,2]})", "a pre-tokenized line"},
+  };
+  for (const auto& c : cases) {
+    std::string path = write_lines(dir, {good, c.line, good});
+    TextDataOptions o;
+    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
+    EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << c.line << " -> " << e;
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.line << " -> " << e;
+    o.max_bad_lines = 1;
+    TextDataStats st;
+    EXPECT_EQ(read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st).size(), 2u) << c.line;
+    EXPECT_EQ(st.bad_lines, 1) << c.line;
+  }
+  // Without a chat template, both forms say they need one.
+  for (const char* line : {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}]})",
+                           R"({"instruction":"hi","output":"x"})"}) {
+    std::string path = write_lines(dir, {line});
+    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
+    EXPECT_NE(e.find("data.jsonl:1: "), std::string::npos) << e;
+    EXPECT_NE(e.find("needs the model's chat template"), std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace glint

@@ -1,0 +1,60 @@
+// Peak memory of one training rank, estimated before step 1 from the model's shape and
+// the run's settings, and the micro-batch size chosen from a memory budget.
+//
+// Legend: T tokens in a micro-batch (rows x S), S sequence length, H hidden, L layers,
+// Nh/Nkv query/key-value heads, D head_dim, E experts, K top-k, I expert width, F dense
+// MLP width, V vocab, r LoRA rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace glint {
+
+// What the estimate needs besides the model's shape.
+struct MemoryInputs {
+  int64_t weight_bytes = 0;     // held between steps: base weights (this rank's shards),
+                                // adapters, optimizer moments
+  int64_t gradient_bytes = 0;   // gradients of the trainable tensors this rank holds
+  int64_t data_bytes = 0;       // the tokenized data set in memory
+  int64_t dtype_bytes = 4;      // activations' element size
+  int64_t rows = 1;             // sequences per micro-batch
+  int64_t seq_len = 128;        // S (an upper bound: batches are padded to their longest row)
+  int64_t ep = 1;               // experts held here: E / ep
+  int64_t lora_r = 0;           // 0: no LoRA
+  bool recompute = false;       // activation checkpointing or FSDP: layers recomputed
+  bool fsdp = false;            // layers gathered one at a time, the root for the step
+  bool full = false;            // gathered layers get full-size gradients too
+};
+
+struct MemoryEstimate {
+  double weights_mb = 0;      // weights, adapters, optimizer moments
+  double gradients_mb = 0;    // trainable tensors' gradients
+  double activations_mb = 0;  // saved for backward in one micro-batch, plus one layer's
+                              // transient buffers (attention scores among them)
+  double loss_mb = 0;         // the chunked loss: selected hidden rows and logit chunks
+  double gathered_mb = 0;     // FSDP: the root unit and the largest gathered layer
+  double data_mb = 0;         // the tokenized data
+  double overhead_mb = 0;     // the process itself: libraries, allocator, buffers
+  double total_mb() const;
+  // "estimated peak 1,234 MB per rank = weights 300 + gradients 10 + activations 700
+  // (micro-batch 8 x 512) + loss 100 + ... "
+  std::string line(int64_t rows, int64_t seq_len) const;
+};
+
+// Bytes of the process before any model: measured ~200 MB for glint with libtorch on CPU.
+constexpr double kProcessOverheadMb = 200;
+
+MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in);
+
+// Parses a --memory-budget value: "24G", "24GB", "1500M", "1500MB", "1.5T"; a bare number
+// is MiB. Returns MiB. Throws glint::UsageError naming the text.
+double parse_memory_size(const std::string& text, const std::string& flag);
+
+// This machine's memory available to one of `local_ranks` processes: MemAvailable
+// (/proc/meminfo) / local_ranks, in MiB (0 when unknown).
+double available_memory_mb(int local_ranks);
+
+}  // namespace glint

@@ -1,0 +1,100 @@
+// The trainer's data: reading every file whole, choosing the sequence length, cutting
+// to it with a report, and what one epoch is.
+#include <cstdio>
+
+#include "core/error.h"
+#include "data/lengths.h"
+#include "data/text_dataset.h"
+#include "data/tokenized_jsonl.h"
+#include "train/trainer.h"
+
+namespace glint {
+
+namespace {
+
+std::string grouped(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
+}  // namespace
+
+std::vector<Sample> Trainer::read_data(const std::string& path, int64_t vocab, int64_t* pad_id) {
+  if (is_pretokenized_jsonl(path)) {
+    std::vector<Sample> samples = read_tokenized_jsonl(path, vocab);
+    report_.push_back(path + ": " + grouped(int64_t(samples.size())) + " pre-tokenized samples");
+    return samples;
+  }
+  const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
+  GLINT_CHECK(!dir.empty(), path, " holds text (messages, prompt/completion or text lines); tokenizing it "
+              "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
+  if (!text_tokenizer_) {  // one load for every text file of the run (tenants share it)
+    text_tokenizer_ = std::make_unique<TextTokenizer>(TextTokenizer::load(dir));
+    GLINT_CHECK(text_tokenizer_->tokenizer.vocab_size() <= vocab, dir, ": the tokenizer has ",
+                text_tokenizer_->tokenizer.vocab_size(), " tokens but the model's vocab_size is ", vocab);
+  }
+  const TextTokenizer& text = *text_tokenizer_;
+  *pad_id = std::max(text.pad_id, 0);
+  TextDataOptions o;
+  o.seq_len = 0;  // whole: the length is chosen from every file, then cut
+  o.max_bad_lines = opt_.max_bad_lines;
+  o.set_enable_thinking(opt_.enable_thinking);
+  TextDataStats st;
+  std::vector<Sample> samples =
+      read_text_jsonl(path, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
+  std::string line = path + ": " + grouped(st.samples) + " samples from " + grouped(st.lines) + " lines";
+  if (st.dropped > 0) line += ", " + grouped(st.dropped) + " with no token to train dropped";
+  if (st.bad_lines > 0) line += ", " + grouped(st.bad_lines) + " bad lines skipped (first: " + st.first_bad + ")";
+  report_.push_back(line);
+  return samples;
+}
+
+std::vector<std::vector<Sample>> Trainer::load_data(const std::vector<std::string>& paths, int64_t vocab) {
+  std::vector<std::vector<Sample>> sets;
+  int64_t longest = 0, longest_line = 0;
+  std::string longest_path;
+  for (const std::string& path : paths) {
+    sets.push_back(read_data(path, vocab, &data_->collate.pad_id));
+    int64_t line = 0, n = longest_sample(sets.back(), &line);
+    if (n > longest) {
+      longest = n;
+      longest_line = line;
+      longest_path = path;
+    }
+  }
+  const std::string where = longest_path + (longest_line > 0 ? ":" + std::to_string(longest_line) : "");
+  std::string line;
+  const int64_t seq_len =
+      choose_seq_len(opt_.seq_len, longest, where, model_->config.max_position_embeddings, &line);
+  report_.push_back(line);
+  data_->collate.seq_len = seq_len;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    LengthReport r = fit_to_length(&sets[i], seq_len);
+    if (r.cut > 0) report_.push_back(paths[i] + ": " + r.summary());
+    if (r.lost > 0) report_.push_back(r.lost_warning(paths[i]));
+    GLINT_CHECK(!sets[i].empty(), paths[i], ": no sample keeps a trained token within --seq-len ", seq_len,
+                " (the longest has ", r.longest, " tokens)");
+  }
+  return sets;
+}
+
+std::string Trainer::epoch_line(const std::string& what, const std::vector<Sample>& samples, int64_t steps,
+                                int64_t batch) {
+  int64_t tokens = 0, trained = 0;
+  for (const Sample& s : samples) {
+    tokens += int64_t(s.input_ids.size());
+    for (size_t i = 1; i < s.labels.size(); ++i) trained += s.labels[i] != kIgnoreIndex;
+  }
+  const double epochs = double(steps) * double(batch) / double(samples.size());
+  char buf[160];
+  std::snprintf(buf, sizeof buf, epochs >= 10 ? "%.1f" : "%.3g", epochs);
+  std::string line = what + ": one epoch = " + grouped(int64_t(samples.size())) +
+                     (samples.size() == 1 ? " sample, " : " samples, ") + grouped(tokens) +
+                     " tokens (" + grouped(trained) + " trained); " + grouped(steps) + " steps x " +
+                     grouped(batch) + " samples = " + buf + " epochs";
+  if (epochs >= 20) line += " (each sample seen ~" + grouped(int64_t(epochs + 0.5)) + " times: watch for overfitting)";
+  return line;
+}
+
+}  // namespace glint

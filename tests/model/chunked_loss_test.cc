@@ -1,0 +1,95 @@
+// The chunked cross-entropy against the plain one (log_softmax over whole logits) in
+// float64: values, and gradients with respect to the hidden states and the output head.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "model/causal_lm.h"
+#include "model/chunked_loss.h"
+
+namespace glint {
+namespace {
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / std::max(1e-300, b.norm().item<double>());
+}
+
+TEST(ChunkedLoss, EqualsThePlainLossAndItsGradientsForEveryChunkSize) {
+  at::manual_seed(3);
+  const int64_t N = 13, H = 5, V = 11;
+  at::Tensor h0 = at::randn({N, H}, at::kDouble), w0 = at::randn({V, H}, at::kDouble);
+  at::Tensor target = at::randint(0, V, {N}, at::kLong);
+  at::Tensor g = at::rand({N}, at::kDouble);  // a weighting of the tokens, as a loss normaliser does
+  // Reference: whole logits.
+  at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  at::Tensor ref = -at::log_softmax(at::matmul(h, w.t()), 1).gather(1, target.unsqueeze(1)).squeeze(1);
+  auto ref_grads = torch::autograd::grad({(ref * g).sum()}, {h, w});
+  for (int64_t chunk : {1, 3, 4, 12, 13, 100}) {
+    at::Tensor hc = h0.clone().requires_grad_(true), wc = w0.clone().requires_grad_(true);
+    at::Tensor nll = chunked_cross_entropy(hc, wc, target, chunk);
+    ASSERT_EQ(nll.scalar_type(), at::kDouble);
+    EXPECT_LT(rel(nll, ref.detach()), 1e-13) << "chunk " << chunk;
+    auto grads = torch::autograd::grad({(nll * g).sum()}, {hc, wc});
+    EXPECT_LT(rel(grads[0], ref_grads[0]), 1e-13) << "chunk " << chunk;
+    EXPECT_LT(rel(grads[1], ref_grads[1]), 1e-13) << "chunk " << chunk;
+  }
+  // A frozen head gets no gradient and the hidden states still do.
+  at::Tensor hc = h0.clone().requires_grad_(true);
+  at::Tensor nll = chunked_cross_entropy(hc, w0, target, 4);
+  auto gh = torch::autograd::grad({(nll * g).sum()}, {hc});
+  EXPECT_LT(rel(gh[0], ref_grads[0]), 1e-13);
+}
+
+TEST(ChunkedLoss, ChunkTokensFollowTheVocabulary) {
+  EXPECT_EQ(loss_chunk_tokens(151936, int64_t(1) << 24), (int64_t(1) << 24) / 151936);
+  EXPECT_EQ(loss_chunk_tokens(int64_t(1) << 30, int64_t(1) << 24), 1);
+}
+
+// token_cross_entropy with ignored labels (prompt tokens, padding) equals the plain
+// shifted loss: zeros where nothing is trained, and the same gradients.
+TEST(ChunkedLoss, TokenCrossEntropyMatchesThePlainShiftedLoss) {
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.vocab_size = 23;
+  c.hidden_size = 8;
+  c.intermediate_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 4;
+  c.num_experts = 0;
+  for (bool tied : {false, true}) {
+    c.tie_word_embeddings = tied;
+    CausalLM m(c, TensorPlacement{at::kDouble});
+    init_weights(*m, 5);
+    at::manual_seed(7);
+    const int64_t B = 3, S = 7;
+    at::Tensor hidden0 = at::randn({B, S, c.hidden_size}, at::kDouble);
+    at::Tensor labels = at::randint(0, c.vocab_size, {B, S}, at::kLong);
+    labels.index_put_({0, at::indexing::Slice(0, 3)}, -100);
+    labels.index_put_({2, at::indexing::Slice(4, S)}, -100);
+    labels[1][6] = -100;
+    at::Tensor head = m->lm_head_weight();
+    head.requires_grad_(true);
+    at::Tensor hidden = hidden0.clone().requires_grad_(true);
+    at::Tensor got = token_cross_entropy(*m, hidden, labels);  // [B,S-1]
+    at::Tensor wt = at::rand({B, S - 1}, at::kDouble);
+    auto g = torch::autograd::grad({(got * wt).sum()}, {hidden, head});
+    // Plain: every position's logits.
+    at::Tensor hp = hidden0.clone().requires_grad_(true);
+    at::Tensor logp = at::log_softmax(at::matmul(hp.narrow(1, 0, S - 1), head.t()), -1);
+    at::Tensor tgt = labels.narrow(1, 1, S - 1);
+    at::Tensor want = -logp.gather(2, tgt.clamp_min(0).unsqueeze(2)).squeeze(2) * tgt.ne(-100);
+    auto gw = torch::autograd::grad({(want * wt).sum()}, {hp, head});
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LT(rel(got, want.detach()), 1e-13) << "tied " << tied;
+    EXPECT_TRUE(got.masked_select(tgt.eq(-100)).eq(0).all().item<bool>());
+    EXPECT_LT(rel(g[0], gw[0]), 1e-13) << "tied " << tied;
+    EXPECT_LT(rel(g[1], gw[1]), 1e-13) << "tied " << tied;
+    head.requires_grad_(false);
+  }
+}
+
+}  // namespace
+}  // namespace glint

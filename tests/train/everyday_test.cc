@@ -1,0 +1,202 @@
+// The trainer's everyday behaviour: padding to the longest row, the sequence length and
+// what it cuts, LoRA dropout replayed by recompute, the router loss from the options,
+// the memory plan.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/collate.h"
+#include "data/lengths.h"
+#include "data/synthetic.h"
+#include "model/causal_lm.h"
+#include "train/memory_estimate.h"
+#include "train/trainer.h"
+
+#include "test_util.h"
+
+namespace glint {
+namespace {
+
+TrainOptions small_options(const std::string& name) {
+  TrainOptions o;
+  o.output = glint::testing::fresh_temp_dir("everyday_" + name);
+  o.steps = 3;
+  o.batch_size = 8;
+  o.lr = 1e-2;
+  o.threads = 1;
+  o.dtype = "float64";
+  o.eval_samples = 0;
+  return o;
+}
+
+// Samples of different lengths, some with prompt tokens masked.
+std::vector<Sample> ragged_samples() {
+  std::vector<Sample> out;
+  for (int64_t n : {5, 9, 3, 12, 7, 4}) {
+    Sample s;
+    for (int64_t i = 0; i < n; ++i) {
+      s.input_ids.push_back(1 + (i * 7 + n) % 29);
+      s.labels.push_back(i < n / 3 ? kIgnoreIndex : s.input_ids.back());
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The loss and every gradient of one batch layout (float64).
+struct LossAndGrads {
+  double loss;
+  std::vector<at::Tensor> grads;
+};
+LossAndGrads run_batches(CausalLMImpl& m, const std::vector<Batch>& batches) {
+  std::vector<at::Tensor> params;
+  for (auto& p : m.parameters()) params.push_back(p);
+  at::Tensor total = at::zeros({}, at::kDouble);
+  for (const Batch& b : batches)
+    total = total + causal_lm_loss(m, b.input_ids, b.labels, b.position_ids, b.segment_ids).ce_sum;
+  std::vector<at::Tensor> g = torch::autograd::grad({total}, params);
+  return {total.item<double>(), g};
+}
+
+// Padding each micro-batch to its longest row (the default) gives the losses and
+// gradients of padding every row to --seq-len: the dropped columns are padding.
+TEST(Everyday, PaddingToTheLongestRowEqualsPaddingToSeqLen) {
+  ModelConfig c = tiny_moe_config(32);
+  CausalLM m(c, TensorPlacement{at::kDouble});
+  init_weights(*m, 3);
+  for (auto& p : m->parameters()) p.set_requires_grad(true);
+  std::vector<Sample> samples = ragged_samples();
+  std::vector<const Sample*> ptrs;
+  for (const auto& s : samples) ptrs.push_back(&s);
+  for (bool pack : {false, true}) {
+    CollateOptions fixed;
+    fixed.seq_len = 24;
+    fixed.pack = pack;
+    fixed.pad_to_longest = false;
+    CollateOptions longest = fixed;
+    longest.pad_to_longest = true;
+    std::vector<Batch> a = collate(ptrs, fixed, 2), b = collate(ptrs, longest, 2);
+    ASSERT_EQ(a.size(), b.size());
+    bool narrower = false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].input_ids.size(1), 24);
+      narrower |= b[i].input_ids.size(1) < 24;
+    }
+    EXPECT_TRUE(narrower) << "pack " << pack;
+    LossAndGrads la = run_batches(*m, a), lb = run_batches(*m, b);
+    EXPECT_NEAR(la.loss, lb.loss, 1e-12 * la.loss) << "pack " << pack;
+    for (size_t i = 0; i < la.grads.size(); ++i) {
+      if (!la.grads[i].defined()) continue;
+      double scale = std::max(1e-30, la.grads[i].norm().item<double>());
+      EXPECT_LT((la.grads[i] - lb.grads[i]).norm().item<double>() / scale, 1e-10) << "pack " << pack << " grad " << i;
+    }
+  }
+}
+
+TEST(Everyday, AutomaticSeqLenAndTheCutReport) {
+  EXPECT_EQ(automatic_seq_len(817, 40960), 824);
+  EXPECT_EQ(automatic_seq_len(816, 40960), 816);
+  EXPECT_EQ(automatic_seq_len(50000, 40960), 40960);
+  EXPECT_EQ(automatic_seq_len(1, 0), 8);
+  std::vector<Sample> samples = ragged_samples();  // lengths 5 9 3 12 7 4
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].line = int64_t(i) + 1;
+  // The 12-token sample trains tokens 4..11; cut to 4 it keeps none and is dropped.
+  LengthReport r = fit_to_length(&samples, 4);
+  EXPECT_EQ(r.longest, 12);
+  EXPECT_EQ(r.longest_line, 4);
+  EXPECT_EQ(r.cut, 4);  // 5, 9, 12, 7
+  EXPECT_EQ(r.cut_tokens, 1 + 5 + 8 + 3);
+  EXPECT_EQ(r.lost, 1);
+  ASSERT_EQ(r.lost_lines, (std::vector<int64_t>{4}));
+  EXPECT_EQ(samples.size(), 5u);
+  for (const auto& s : samples) EXPECT_LE(s.input_ids.size(), 4u);
+  std::string w = r.lost_warning("chat.jsonl");
+  EXPECT_NE(w.find("chat.jsonl line 4"), std::string::npos) << w;
+  EXPECT_NE(r.summary().find("4 cut to 4 tokens"), std::string::npos) << r.summary();
+}
+
+// Dropout draws from the default generator; a recomputed layer must draw the same
+// masks, or its gradients belong to a different forward. With activation checkpointing
+// the run equals the run without it, in float64; without the replay it would not.
+TEST(Everyday, LoraDropoutIsReplayedWhenLayersAreRecomputed) {
+  auto run = [](bool checkpointing, double dropout) {
+    TrainOptions o = small_options(std::string("dropout") + (checkpointing ? "_ckpt" : ""));
+    o.activation_checkpointing = checkpointing;
+    o.lora.dropout = dropout;
+    o.lora.target_parameters.clear();  // PEFT refuses dropout on expert adapters
+    Trainer t(o);
+    at::manual_seed(11);
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(t.step(t.next_micro_batches()).loss);
+    std::vector<at::Tensor> params;
+    for (auto& p : t.trainable_parameters()) params.push_back(p.detach().clone());
+    return std::make_pair(losses, params);
+  };
+  auto plain = run(false, 0.3), recomputed = run(true, 0.3), none = run(false, 0.0);
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(plain.first[s], recomputed.first[s], 1e-12) << "step " << s;
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < plain.second.size(); ++i) {
+    diff = std::max(diff, (plain.second[i] - recomputed.second[i]).abs().max().item<double>());
+    moved = std::max(moved, (plain.second[i] - none.second[i]).abs().max().item<double>());
+  }
+  EXPECT_LT(diff, 1e-12);
+  EXPECT_GT(moved, 1e-6) << "dropout changed nothing";
+}
+
+TEST(Everyday, DropoutOnExpertAdaptersIsRefused) {
+  TrainOptions o = small_options("dropout_experts");
+  o.lora.dropout = 0.1;
+  std::string e = glint::testing::error_message([&] { Trainer t(o); });
+  EXPECT_NE(e.find("PEFT"), std::string::npos) << e;
+  EXPECT_NE(e.find("gate_up_proj"), std::string::npos) << e;
+}
+
+// --router-aux-loss-coef turns the load-balancing loss on (and off) over config.json.
+TEST(Everyday, RouterAuxLossFromTheOptions) {
+  TrainOptions o = small_options("aux_on");
+  o.router_aux_loss_coef = 0.01;
+  Trainer on(o);
+  EXPECT_GT(on.step(on.next_micro_batches()).aux_loss, 1.0);
+  TrainOptions off = small_options("aux_off");
+  ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
+  c.output_router_logits = true;
+  off.model_config = c;
+  off.router_aux_loss_coef = 0;
+  Trainer t(off);
+  EXPECT_LT(t.step(t.next_micro_batches()).aux_loss, 0);  // < 0: not computed
+}
+
+// The micro-batch follows the budget: a generous one takes the whole share, a tight one
+// splits it, and the estimate grows with the micro-batch.
+TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
+  TrainOptions o = small_options("budget_big");
+  o.memory_budget = "64G";
+  EXPECT_EQ(Trainer(o).micro_batch_size(), 8);
+  ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
+  MemoryInputs in;
+  in.seq_len = 512;
+  in.rows = 1;
+  double one = estimate_memory(c, in).total_mb();
+  in.rows = 8;
+  double eight = estimate_memory(c, in).total_mb();
+  EXPECT_GT(eight, one);
+  // A budget between the two: fewer rows than the share.
+  TrainOptions tight = small_options("budget_tight");
+  tight.seq_len = 512;
+  tight.memory_budget = std::to_string(int64_t(one + (eight - one) / 4)) + "M";
+  Trainer t(tight);
+  EXPECT_LT(t.micro_batch_size(), 8);
+  EXPECT_GE(t.micro_batch_size(), 1);
+  EXPECT_EQ(8 % t.micro_batch_size(), 0);
+  EXPECT_NE(glint::testing::error_message([] { parse_memory_size("lots", "--memory-budget"); }).find("lots"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_memory_size("2G", "x"), 2048);
+  EXPECT_DOUBLE_EQ(parse_memory_size("1500MB", "x"), 1500);
+  EXPECT_DOUBLE_EQ(parse_memory_size("300", "x"), 300);
+}
+
+}  // namespace
+}  // namespace glint
