@@ -43,6 +43,26 @@ inline std::string run_command(const std::string& cmd, int* exit_code) {
   return out;
 }
 
+// A command's exit status and its stdout and stderr together.
+struct RunResult {
+  int exit_code;
+  std::string output;
+};
+
+// Runs a shell command (RunResult form of run_command).
+inline RunResult run(const std::string& cmd) {
+  RunResult r;
+  r.output = run_command(cmd, &r.exit_code);
+  return r;
+}
+
+#ifdef GLINT_BINARY
+// Runs the glint binary under test with `args` (in `cwd` when given).
+inline RunResult run_glint(const std::string& args, const std::string& cwd = "") {
+  return run((cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(GLINT_BINARY) + " " + args);
+}
+#endif
+
 // One JSON value per line of a JSONL file (a metrics.jsonl); none when it is absent.
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> out;

@@ -17,22 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run_glint(const std::string& args) {
-  std::string cmd = std::string(GLINT_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return {code, out};
-}
+using glint::testing::run_glint;
+using glint::testing::RunResult;
 
 std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("cli_" + name); }
 

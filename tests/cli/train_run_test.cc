@@ -14,9 +14,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// glint's output; *code its exit status.
 std::string glint(const std::string& args, int* code, const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd " + cwd + " && ") + std::string(GLINT_BINARY) + " " + args;
-  return glint::testing::run_command(cmd, code);
+  glint::testing::RunResult r = glint::testing::run_glint(args, cwd);
+  *code = r.exit_code;
+  return r.output;
 }
 
 std::string slurp(const std::string& path) {
@@ -150,9 +152,7 @@ TEST(TrainRun, SequenceLengthIsAutomaticAndEveryCutIsReported) {
   EXPECT_NE(out.find("warning: 1 sample lost every trained token"), std::string::npos) << out;
   EXPECT_NE(out.find("data.jsonl line 2"), std::string::npos) << out;
   // data preview applies the same automatic length.
-  out = glint::testing::run_command(std::string(GLINT_BINARY) + " data preview --model " + d + "/model --data " + d +
-                                        "/data.jsonl --count 1",
-                                    &code);
+  out = glint("data preview --model " + d + "/model --data " + d + "/data.jsonl --count 1", &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("(automatic: the longest sample"), std::string::npos) << out;
   // --full writes a whole model directory: weights, config and the tokenizer.

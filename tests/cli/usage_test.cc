@@ -19,16 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run_glint(const std::string& args) {
-  RunResult r;
-  r.output = glint::testing::run_command(std::string(GLINT_BINARY) + " " + args, &r.exit_code);
-  return r;
-}
+using glint::testing::run_glint;
+using glint::testing::RunResult;
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 

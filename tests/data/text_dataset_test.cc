@@ -108,6 +108,22 @@ std::string write_lines(const std::string& dir, const std::vector<std::string>& 
 
 std::string error_of(const std::function<void()>& f) { return testing::error_message(f); }
 
+// `bad` as the second of three lines: an error naming data.jsonl:2 and `expect`; with
+// --max-bad-lines 1 the line is skipped and counted, and the other two are read.
+void expect_bad_second_line(const std::string& dir, const TextTokenizer& t, const std::string& good,
+                            const std::string& bad, const std::string& expect) {
+  std::string path = write_lines(dir, {good, bad, good});
+  TextDataOptions o;
+  std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
+  EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << bad << " -> " << e;
+  EXPECT_NE(e.find(expect), std::string::npos) << bad << " -> " << e;
+  o.max_bad_lines = 1;
+  TextDataStats st;
+  EXPECT_EQ(read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st).size(), 2u) << bad;
+  EXPECT_EQ(st.bad_lines, 1) << bad;
+  EXPECT_NE(st.first_bad.find("data.jsonl:2: "), std::string::npos) << st.first_bad;
+}
+
 TEST(TextData, BadLinesNameFileLineAndReason) {
   std::string dir = tokenizer_dir("bad", kChatMl);
   TextTokenizer t = TextTokenizer::load(dir);
@@ -128,18 +144,7 @@ TEST(TextData, BadLinesNameFileLineAndReason) {
       {"not json", "data.jsonl:2:"},
   };
   for (const auto& c : cases) {
-    std::string path = write_lines(dir, {good, c.line, good});
-    TextDataOptions o;
-    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
-    EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << c.line << " -> " << e;
-    EXPECT_NE(e.find(c.expect), std::string::npos) << c.line << " -> " << e;
-    // With --max-bad-lines 1 the line is skipped and counted.
-    o.max_bad_lines = 1;
-    TextDataStats st;
-    auto samples = read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st);
-    EXPECT_EQ(samples.size(), 2u) << c.line;
-    EXPECT_EQ(st.bad_lines, 1) << c.line;
-    EXPECT_NE(st.first_bad.find("data.jsonl:2: "), std::string::npos) << st.first_bad;
+    expect_bad_second_line(dir, t, good, c.line, c.expect);
   }
 }
 
@@ -377,15 +382,7 @@ TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
       {R"({"input_ids":[1,2]})", "a pre-tokenized line"},
   };
   for (const auto& c : cases) {
-    std::string path = write_lines(dir, {good, c.line, good});
-    TextDataOptions o;
-    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
-    EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << c.line << " -> " << e;
-    EXPECT_NE(e.find(c.expect), std::string::npos) << c.line << " -> " << e;
-    o.max_bad_lines = 1;
-    TextDataStats st;
-    EXPECT_EQ(read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, &st).size(), 2u) << c.line;
-    EXPECT_EQ(st.bad_lines, 1) << c.line;
+    expect_bad_second_line(dir, t, good, c.line, c.expect);
   }
   // Without a chat template, both forms say they need one.
   for (const char* line : {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}]})",

@@ -16,18 +16,13 @@
 #include "train/trainer.h"
 
 #include "test_util.h"
+#include "train/train_options.h"
 
 namespace glint {
 namespace {
 
 TrainOptions small_options(const std::string& name) {
-  TrainOptions o;
-  o.output = glint::testing::fresh_temp_dir("everyday_" + name);
-  o.steps = 3;
-  o.batch_size = 8;
-  o.lr = 1e-2;
-  o.threads = 1;
-  o.dtype = "float64";
+  TrainOptions o = testing::small_train_options("everyday_" + name);
   o.eval_samples = 0;
   return o;
 }

@@ -9,21 +9,12 @@
 #include "train/trainer.h"
 
 #include "test_util.h"
+#include "train/train_options.h"
 
 namespace glint {
 namespace {
 
-TrainOptions small_options(const std::string& name) {
-  TrainOptions o;
-  o.output = glint::testing::fresh_temp_dir("trainer_" + name);
-  o.steps = 3;
-  o.batch_size = 8;
-  o.lr = 1e-2;
-  o.threads = 1;
-  o.dtype = "float64";
-  o.eval_samples = 8;
-  return o;
-}
+TrainOptions small_options(const std::string& name) { return testing::small_train_options(name); }
 
 // Gradient accumulation must equal one large batch: the loss is normalized by the label
 // tokens of the whole step, not per micro-batch.
