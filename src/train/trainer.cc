@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -280,6 +281,12 @@ std::vector<Batch> Trainer::next_micro_batches() {
   std::vector<const Sample*> picked;
   for (int64_t i = comm_->rank() * share; i < (comm_->rank() + 1) * share; ++i)
     picked.push_back(&samples_[idx[i]]);
+  // Several micro-batches without packing: samples of like length share one, so each is
+  // padded less. The step's loss is a sum over its samples: the order does not change it.
+  if (!data_->collate.pack && micro_batch_size_ < int64_t(picked.size()))
+    std::stable_sort(picked.begin(), picked.end(), [](const Sample* a, const Sample* b) {
+      return a->input_ids.size() > b->input_ids.size();
+    });
   return collate(picked, data_->collate, micro_batch_size_);
 }
 
