@@ -27,6 +27,8 @@ VARIANTS = {
     "b32_defaults": ["--batch-size", "32"],
     "b32_mb8_pack_seq128": ["--batch-size", "32", "--seq-len", "128", "--micro-batch-size", "8", "--pack"],
     "b32_pack": ["--batch-size", "32", "--pack"],
+    "b32_mb8": ["--batch-size", "32", "--micro-batch-size", "8"],
+    "b32_mb4": ["--batch-size", "32", "--micro-batch-size", "4"],
     # two short chats at --seq-len 1024
     "two_chats_seq1024": ["--batch-size", "2", "--seq-len", "1024", "--data", "@two"],
 }

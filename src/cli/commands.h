@@ -24,6 +24,9 @@ Action add_tokenize(CLI::App& app);
 // Adds `bench tokenize` under `bench`; *action runs it when that subcommand was parsed.
 CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
 
+// Adds `bench loss` under `bench`.
+CLI::App* add_bench_loss(CLI::App& bench, Action* action);
+
 // Adds `bench tenants` (and its per-configuration `bench tenants-run`) under `bench`.
 CLI::App* add_bench_tenants(CLI::App& bench, Action* action);
 

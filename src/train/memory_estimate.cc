@@ -96,10 +96,11 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
     largest = std::max(largest, x);
     saved += in.recompute ? T * H * b : x;  // recompute keeps only each layer's input
   }
-  // Backward of the largest layer: its gradients and the attention scores' transients
-  // (scaled, masked, softmax backward: ~3 more [rows, Nh, S, S]); under recompute that
-  // layer's saved tensors exist again too.
-  double transient = largest + 3 * double(in.rows) * Nh * S * S * std::max(b, f32);
+  // Backward of the largest layer: its activation gradients (freed as it goes: about a
+  // quarter of its saved tensors at once, measured) and the attention scores'
+  // transients (scaled, masked, softmax backward: ~3 more [rows, Nh, S, S]); under
+  // recompute that layer's saved tensors exist again too.
+  double transient = 0.25 * largest + 3 * double(in.rows) * Nh * S * S * std::max(b, f32);
   if (in.recompute) transient += largest;
   const double mask = double(in.rows) * S * S * f32;  // [rows, 1, S, S] additive mask
   m.activations_mb = (saved + transient + mask + 2 * T * H * b) / kMb;  // + embedding and final norm

@@ -248,11 +248,13 @@ void Trainer::plan_memory() {
   if (chosen_by_user) {
     micro_batch_size_ = opt_.micro_batch_size;
   } else {
-    // The largest micro-batch that fits: among the divisors of the rows (equal micro-
-    // batches), from the whole share down to one row.
+    // The largest micro-batch among the divisors of the rows (equal micro-batches) that
+    // fits the budget and holds at most kMicroBatchTokens padded tokens: beyond that the
+    // matmuls gain nothing, while padding (rows are as long as their longest) and memory
+    // grow; samples of like length share a micro-batch (next_micro_batches).
     micro_batch_size_ = 1;
     for (int64_t m = rows; m >= 1; --m)
-      if (rows % m == 0 && (budget <= 0 || estimate(m).total_mb() <= budget)) {
+      if (rows % m == 0 && m * in.seq_len <= kMicroBatchTokens && (budget <= 0 || estimate(m).total_mb() <= budget)) {
         micro_batch_size_ = m;
         break;
       }
@@ -264,7 +266,9 @@ void Trainer::plan_memory() {
     std::snprintf(buf, sizeof buf, "; budget %.0f MB", budget);
     line += buf;
   }
-  line += chosen_by_user ? " (--micro-batch-size)" : " (micro-batch chosen to fit the budget)";
+  line += chosen_by_user ? " (--micro-batch-size)"
+                         : " (micro-batch: the most sequences of at most " + std::to_string(kMicroBatchTokens) +
+                               " tokens that fit the budget)";
   report_.push_back(line);
   if (budget > 0 && e.total_mb() > budget)
     report_.push_back(std::string("warning: the estimate exceeds the memory budget") +

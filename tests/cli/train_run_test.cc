@@ -163,3 +163,32 @@ TEST(TrainRun, SequenceLengthIsAutomaticAndEveryCutIsReported) {
 }
 
 }  // namespace
+
+namespace {
+
+// Multi-tenant runs print one line per tenant under the run's line, each with the
+// tenant's own step, loss, gradient norm, learning rate and epoch.
+TEST(TrainRun, TenantRunsPrintOneLinePerTenant) {
+  std::string d = glint::testing::fresh_temp_dir("run_tenants");
+  std::ofstream data(d + "/ids.jsonl");
+  for (int i = 0; i < 6; ++i)
+    data << R"({"input_ids":[1,2,3,4,5,6,7,8],"labels":[-100,-100,-100,-100,5,6,7,8]})" << "\n";
+  data.close();
+  int code;
+  std::string out = glint("train --steps 2 --batch-size 2 --log-every 1 --tenant name=alpha,r=4,data=" + d +
+                              "/ids.jsonl --tenant name=beta,r=8,steps=1,data=" + d + "/ids.jsonl --output " + d +
+                              "/out",
+                          &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("loss (all tenants)"), std::string::npos) << out;
+  EXPECT_NE(out.find("  tenant alpha  step 1  loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("  tenant beta  step 1  loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("  tenant alpha  step 2  loss "), std::string::npos) << out;
+  EXPECT_EQ(out.find("  tenant beta  step 2"), std::string::npos) << out;  // beta trains one step
+  EXPECT_NE(out.find("tenant alpha: one epoch = 6 samples"), std::string::npos) << out;
+  auto recs = glint::testing::read_jsonl(d + "/out/alpha/metrics.jsonl");
+  ASSERT_EQ(recs.size(), 2u);
+  for (const char* k : {"epoch", "time", "elapsed_s"}) EXPECT_TRUE(recs[1].contains(k)) << k;
+}
+
+}  // namespace

@@ -115,10 +115,14 @@ namespace {
 // A training rank killed with SIGKILL in the middle of a run: `glint launch` stops the
 // job and names the rank; without a launcher the surviving rank fails on its own.
 TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
-  std::string train = std::string(GLINT_BINARY) + " train --steps 100000 --eval-samples 0 --output " +
-                      glint::testing::fresh_temp_dir("kill_run");
-  std::string script = "if [ $RANK = 1 ]; then " + train + " & pid=$!; sleep 3; kill -9 $pid; wait $pid; exit $?; "
-                       "else exec " + train + "; fi";
+  const std::string out = glint::testing::fresh_temp_dir("kill_run");
+  std::string train = std::string(GLINT_BINARY) + " train --steps 100000 --eval-samples 0 --output " + out;
+  // Mid-run: once rank 0 has written its first step (both ranks are in the job).
+  auto once_training = [](const std::string& dir) {
+    return "for i in $(seq 300); do [ -s " + dir + "/metrics.jsonl ] && break; sleep 0.1; done; ";
+  };
+  std::string script = "if [ $RANK = 1 ]; then " + train + " & pid=$!; " + once_training(out) +
+                       "kill -9 $pid; wait $pid; exit $?; else exec " + train + "; fi";
   RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(2, "bash -c '" + script + "'"));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("glint launch: rank 1 exited with status 137"), std::string::npos) << r.output;
@@ -129,7 +133,7 @@ TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
   std::string env = "GLINT_DIST_TIMEOUT_SECONDS=10 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                     " WORLD_SIZE=2 ";
   RunResult solo = run("(RANK=0 " + env + train + "_b0 & p0=$!; RANK=1 " + env + train +
-                       "_b1 > /dev/null 2>&1 & p1=$!; sleep 3; kill -9 $p1; wait $p0)");
+                       "_b1 > /dev/null 2>&1 & p1=$!; " + once_training(out + "_b0") + "kill -9 $p1; wait $p0)");
   std::string tail = solo.output.substr(solo.output.size() > 2000 ? solo.output.size() - 2000 : 0);
   EXPECT_EQ(solo.exit_code, 1) << tail;
   EXPECT_NE(solo.output.find("glint: error: rank 0:"), std::string::npos) << tail;

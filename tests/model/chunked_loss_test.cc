@@ -25,20 +25,26 @@ TEST(ChunkedLoss, EqualsThePlainLossAndItsGradientsForEveryChunkSize) {
   at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
   at::Tensor ref = -at::log_softmax(at::matmul(h, w.t()), 1).gather(1, target.unsqueeze(1)).squeeze(1);
   auto ref_grads = torch::autograd::grad({(ref * g).sum()}, {h, w});
+  // Head trainable: token chunks over the whole vocabulary (chunk_elements / V tokens).
   for (int64_t chunk : {1, 3, 4, 12, 13, 100}) {
     at::Tensor hc = h0.clone().requires_grad_(true), wc = w0.clone().requires_grad_(true);
-    at::Tensor nll = chunked_cross_entropy(hc, wc, target, chunk);
+    at::Tensor nll = chunked_cross_entropy(hc, wc, target, chunk * V);
     ASSERT_EQ(nll.scalar_type(), at::kDouble);
     EXPECT_LT(rel(nll, ref.detach()), 1e-13) << "chunk " << chunk;
     auto grads = torch::autograd::grad({(nll * g).sum()}, {hc, wc});
     EXPECT_LT(rel(grads[0], ref_grads[0]), 1e-13) << "chunk " << chunk;
     EXPECT_LT(rel(grads[1], ref_grads[1]), 1e-13) << "chunk " << chunk;
   }
-  // A frozen head gets no gradient and the hidden states still do.
-  at::Tensor hc = h0.clone().requires_grad_(true);
-  at::Tensor nll = chunked_cross_entropy(hc, w0, target, 4);
-  auto gh = torch::autograd::grad({(nll * g).sum()}, {hc});
-  EXPECT_LT(rel(gh[0], ref_grads[0]), 1e-13);
+  // A frozen head: the one-pass online form, over tiles of tokens x head rows, uneven
+  // at both edges (13 tokens, 11 rows), down to one row per tile.
+  for (auto [elements, tile_tokens] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {5, 2}, {12, 4}, {40, 13}, {1000, 5}, {1000, 100}}) {
+    at::Tensor hc = h0.clone().requires_grad_(true);
+    at::Tensor nll = chunked_cross_entropy(hc, w0, target, elements, tile_tokens);
+    EXPECT_LT(rel(nll, ref.detach()), 1e-13) << elements << " x " << tile_tokens;
+    auto gh = torch::autograd::grad({(nll * g).sum()}, {hc});
+    EXPECT_LT(rel(gh[0], ref_grads[0]), 1e-13) << elements << " x " << tile_tokens;
+  }
 }
 
 TEST(ChunkedLoss, ChunkTokensFollowTheVocabulary) {
