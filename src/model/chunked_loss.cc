@@ -21,61 +21,55 @@ at::ScalarType compute_type(const at::Tensor& hidden) {
 
 // inputs: hidden [N,H], weight [V,H], target [N]; output: nll [N].
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
-  // early_grad (the head is frozen): one pass over the vocabulary gives the loss and the
-  // hidden states' gradient for a unit output gradient, which backward only scales. The
-  // pass is an online softmax over vocabulary tiles (as flash attention's, with the
-  // head's rows as the values): for each tile, l = h W_tile^T, the running max m and sum
-  // S are updated and U = sum_v exp(l_v - m) W_v is rescaled and accumulated; at the end
-  // lse = m + log S and dnll/dh = U / S - W[target]. Both GEMMs of a tile have a large
-  // dimension on each side, and no buffer spans the vocabulary.
-  // Otherwise: token chunks over the whole vocabulary through the fused row-wise
-  // log-softmax, and backward recomputes each chunk's logits.
+  // One pass over the vocabulary gives the loss: an online softmax over tiles of up to
+  // tile_tokens tokens by chunk_elements / tokens rows of the head (flash attention's,
+  // with the head's rows as the values). For each tile, l = h W_tile^T; the running max
+  // m and sum S are updated; with early_grad (the head is frozen) U = sum_v exp(l_v - m)
+  // W_v is rescaled and accumulated too. At the end lse = m + log S, and with early_grad
+  // dnll/dh = U / S - W[target] for a unit output gradient, which backward only scales.
+  // Otherwise backward runs over the same tiles once more with the saved lse, giving the
+  // head's gradient as well. Every GEMM has a large dimension on each side, and no
+  // buffer spans the vocabulary.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& target, int64_t chunk_elements, int64_t tile_tokens,
                             bool early_grad) {
-    const int64_t N = hidden.size(0), V = weight.size(0);
+    const int64_t N = hidden.size(0), V = weight.size(0), H = hidden.size(1);
     const auto compute = compute_type(hidden);
-    at::Tensor nll = at::empty({N}, hidden.options().dtype(compute));  // [N]
-    if (early_grad) {
-      at::Tensor unit_grad_h = at::empty({N, hidden.size(1)}, hidden.options().dtype(compute));  // [N,H]
-      // Tiles of up to tile_tokens tokens by chunk_elements / C rows of the head.
-      const int64_t C = std::max<int64_t>(1, std::min(N, tile_tokens));
-      const int64_t Vb = std::min(V, std::max<int64_t>(1, chunk_elements / C));
-      for (int64_t c0 = 0; c0 < N; c0 += C) {
-        const int64_t n = std::min(C, N - c0);
-        at::Tensor h = hidden.narrow(0, c0, n);                                                 // [C,H]
-        at::Tensor m = at::full({n}, -std::numeric_limits<double>::infinity(), nll.options());  // [C]
-        at::Tensor S = at::zeros({n}, nll.options());                                           // [C]
-        at::Tensor U = at::zeros({n, hidden.size(1)}, nll.options());                           // [C,H]
-        for (int64_t v0 = 0; v0 < V; v0 += Vb) {
-          const int64_t vb = std::min(Vb, V - v0);
-          at::Tensor w = weight.narrow(0, v0, vb);                                 // [Vb,H]
-          at::Tensor l = at::matmul(h, w.t()).to(compute);                         // [C,Vb]
-          at::Tensor m_new = at::maximum(m, std::get<0>(l.max(1)));
-          at::Tensor rescale = (m - m_new).exp_();                                 // [C]
-          l.sub_(m_new.unsqueeze(1)).exp_();
-          S.mul_(rescale).add_(l.sum(1));
-          U.mul_(rescale.unsqueeze(1)).addmm_(l.to(hidden.scalar_type()), w);
-          m = m_new;
-        }
-        at::Tensor t = target.narrow(0, c0, n);
-        at::Tensor w_t = weight.index_select(0, t).to(compute);                    // [C,H] target rows
-        at::Tensor picked = (h.to(compute) * w_t).sum(1);                          // target logits
-        nll.narrow(0, c0, n).copy_(m + S.log() - picked);
-        unit_grad_h.narrow(0, c0, n).copy_(U.div_(S.unsqueeze(1)).sub_(w_t));
+    const int64_t C = std::max<int64_t>(1, std::min(N, tile_tokens));
+    const int64_t Vb = std::min(V, std::max<int64_t>(1, chunk_elements / C));
+    at::Tensor nll = at::empty({N}, hidden.options().dtype(compute));                            // [N]
+    at::Tensor lse = at::empty({N}, nll.options());                                              // [N]
+    at::Tensor unit_grad_h = early_grad ? at::empty({N, H}, nll.options()) : at::Tensor();      // [N,H]
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+      const int64_t n = std::min(C, N - c0);
+      at::Tensor h = hidden.narrow(0, c0, n);                                                   // [C,H]
+      at::Tensor m = at::full({n}, -std::numeric_limits<double>::infinity(), nll.options());    // [C]
+      at::Tensor S = at::zeros({n}, nll.options());                                             // [C]
+      at::Tensor U = early_grad ? at::zeros({n, H}, nll.options()) : at::Tensor();              // [C,H]
+      for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+        at::Tensor w = weight.narrow(0, v0, std::min(Vb, V - v0));                 // [Vb,H]
+        at::Tensor l = at::matmul(h, w.t()).to(compute);                           // [C,Vb]
+        at::Tensor m_new = at::maximum(m, std::get<0>(l.max(1)));
+        at::Tensor rescale = (m - m_new).exp_();                                   // [C]
+        l.sub_(m_new.unsqueeze(1)).exp_();
+        S.mul_(rescale).add_(l.sum(1));
+        if (early_grad) U.mul_(rescale.unsqueeze(1)).addmm_(l.to(hidden.scalar_type()), w);
+        m = m_new;
       }
+      at::Tensor t = target.narrow(0, c0, n);
+      at::Tensor w_t = weight.index_select(0, t).to(compute);                      // [C,H] target rows
+      at::Tensor l_t = m + S.log();
+      lse.narrow(0, c0, n).copy_(l_t);
+      nll.narrow(0, c0, n).copy_(l_t - (h.to(compute) * w_t).sum(1));             // lse - target logit
+      if (early_grad) unit_grad_h.narrow(0, c0, n).copy_(U.div_(S.unsqueeze(1)).sub_(w_t));
+    }
+    if (early_grad) {
       ctx->save_for_backward({unit_grad_h.to(hidden.scalar_type())});
     } else {
-      const int64_t chunk = std::max<int64_t>(1, chunk_elements / std::max<int64_t>(1, V));
-      for (int64_t c0 = 0; c0 < N; c0 += chunk) {
-        const int64_t n = std::min(chunk, N - c0);
-        at::Tensor t = target.narrow(0, c0, n).unsqueeze(1);                        // [C,1]
-        at::Tensor logp = at::log_softmax(at::matmul(hidden.narrow(0, c0, n), weight.t()).to(compute), 1);  // [C,V]
-        nll.narrow(0, c0, n).copy_(logp.gather(1, t).squeeze(1).neg());
-      }
-      ctx->save_for_backward({hidden, weight, target});
+      ctx->save_for_backward({hidden, weight, target, lse});
     }
-    ctx->saved_data["chunk"] = std::max<int64_t>(1, chunk_elements / std::max<int64_t>(1, V));
+    ctx->saved_data["C"] = C;
+    ctx->saved_data["Vb"] = Vb;
     ctx->saved_data["early"] = early_grad;
     return nll;
   }
@@ -87,36 +81,39 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       return {unit * grad_out[0].to(unit.scalar_type()).unsqueeze(1), at::Tensor(), at::Tensor(), at::Tensor(),
               at::Tensor(), at::Tensor()};
     }
-    const at::Tensor &hidden = saved[0], &weight = saved[1], &target = saved[2];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const int64_t N = hidden.size(0);
+    const at::Tensor &hidden = saved[0], &weight = saved[1], &target = saved[2], &lse = saved[3];
+    const int64_t C = ctx->saved_data["C"].toInt(), Vb = ctx->saved_data["Vb"].toInt();
+    const int64_t N = hidden.size(0), V = weight.size(0);
     const auto compute = compute_type(hidden);
     at::Tensor g = grad_out[0].to(compute);  // [N]
     const bool want_h = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
-    at::Tensor grad_h = want_h ? at::empty_like(hidden) : at::Tensor();                  // [N,H]
-    // The weight's gradient accumulates over chunks in the compute type.
-    at::Tensor grad_w = want_w ? at::zeros(weight.sizes(), weight.options().dtype(compute)) : at::Tensor();
-    for (int64_t c0 = 0; c0 < N; c0 += chunk) {
-      const int64_t n = std::min(chunk, N - c0);
-      at::Tensor h = hidden.narrow(0, c0, n);                                     // [C,H]
-      at::Tensor p = at::softmax(at::matmul(h, weight.t()).to(compute), 1);      // [C,V]
-      at::Tensor t = target.narrow(0, c0, n).unsqueeze(1);
-      p.scatter_add_(1, t, at::full({n, 1}, -1.0, p.options()));                  // - one-hot
-      p.mul_(g.narrow(0, c0, n).unsqueeze(1));                                    // dL/dlogits
-      at::Tensor d = p.to(hidden.scalar_type());
-      if (want_h) grad_h.narrow(0, c0, n).copy_(at::matmul(d, weight));
-      if (want_w) grad_w.addmm_(d.t().to(compute), h.to(compute));
+    // Accumulated over tiles in the compute type: dL/dlogits = g (softmax - onehot); the
+    // softmax part tile by tile, the one-hot part at the end.
+    at::Tensor grad_h = want_h ? at::zeros(hidden.sizes(), lse.options()) : at::Tensor();       // [N,H]
+    at::Tensor grad_w = want_w ? at::zeros(weight.sizes(), lse.options()) : at::Tensor();       // [V,H]
+    for (int64_t c0 = 0; c0 < N; c0 += C) {
+      const int64_t n = std::min(C, N - c0);
+      at::Tensor h = hidden.narrow(0, c0, n);                                      // [C,H]
+      at::Tensor scale = g.narrow(0, c0, n).unsqueeze(1);                          // [C,1]
+      for (int64_t v0 = 0; v0 < V; v0 += Vb) {
+        const int64_t vb = std::min(Vb, V - v0);
+        at::Tensor w = weight.narrow(0, v0, vb);                                   // [Vb,H]
+        at::Tensor p = at::matmul(h, w.t()).to(compute);                           // [C,Vb] logits
+        p.sub_(lse.narrow(0, c0, n).unsqueeze(1)).exp_().mul_(scale);              // g * softmax
+        if (want_h) grad_h.narrow(0, c0, n).addmm_(p, w.to(compute));
+        if (want_w) grad_w.narrow(0, v0, vb).addmm_(p.t(), h.to(compute));
+      }
     }
-    if (want_w) grad_w = grad_w.to(weight.scalar_type());
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    at::Tensor gh = g.unsqueeze(1) * hidden.to(compute);                           // [N,H]
+    if (want_h) grad_h.sub_(g.unsqueeze(1) * weight.index_select(0, target).to(compute));
+    if (want_w) grad_w.index_add_(0, target, gh.neg());
+    return {want_h ? grad_h.to(hidden.scalar_type()) : at::Tensor(),
+            want_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
-
-int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_elements) {
-  return std::max<int64_t>(1, chunk_elements / std::max<int64_t>(1, vocab));
-}
 
 at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
                                  int64_t chunk_elements, int64_t tile_tokens) {

@@ -13,21 +13,18 @@ namespace glint {
 
 // Logits held at a time: 16M float32 elements are 64 MB.
 constexpr int64_t kLossChunkElements = int64_t(1) << 24;
-// Tokens per tile of the one-pass form (below).
+// Tokens per tile (a tile is up to kLossTileTokens tokens by chunk_elements / tokens rows
+// of the head).
 constexpr int64_t kLossTileTokens = 2048;
-
-// Tokens per chunk of the recomputing form for a vocabulary of `vocab`
-// (chunk_elements / vocab, at least 1).
-int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_elements = kLossChunkElements);
 
 // Per-token negative log-likelihood -log softmax(hidden_NH weight_VH^T)[target]:
 // hidden [N, H], weight [V, H] (the output head), target [N] int64 in [0, V) -> [N],
-// float64 for float64 inputs, else float32. Differentiable in hidden and weight.
-// When only hidden needs a gradient (LoRA: a frozen head), one pass over the
-// vocabulary, in tiles of up to tile_tokens tokens by chunk_elements / tokens rows of the
-// head (an online softmax), gives the loss and the hidden states' gradient; otherwise
-// chunks of chunk_elements / V tokens over the whole vocabulary, recomputed in backward,
-// which also gives the head's gradient. Either way at most ~chunk_elements logits exist.
+// float64 for float64 inputs, else float32. Differentiable in hidden and weight. The
+// logits are computed in tiles of up to tile_tokens tokens by chunk_elements / tokens rows
+// of the head, with an online softmax, so at most ~chunk_elements logits exist at once.
+// When only hidden needs a gradient (LoRA: a frozen head), that one pass also gives the
+// hidden states' gradient; otherwise backward recomputes the tiles and gives the head's
+// gradient too.
 at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& target,
                                  int64_t chunk_elements = kLossChunkElements, int64_t tile_tokens = kLossTileTokens);
 

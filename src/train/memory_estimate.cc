@@ -105,8 +105,8 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
   const double mask = double(in.rows) * S * S * f32;  // [rows, 1, S, S] additive mask
   m.activations_mb = (saved + transient + mask + 2 * T * H * b) / kMb;  // + embedding and final norm
   // Loss: the hidden rows of label positions (at most T) and their gradient, and one
-  // chunk's logits twice (forward: logits and exp; backward: softmax and its cast).
-  const double chunk = double(loss_chunk_tokens(c.vocab_size)) * double(c.vocab_size);
+  // tile of logits twice (the tile and its exponentials).
+  const double chunk = double(kLossChunkElements);
   m.loss_mb = (2 * T * H * b + 2 * std::min(chunk, T * double(c.vocab_size)) * f32) / kMb;
   m.weights_mb = double(in.weight_bytes) / kMb;
   m.gradients_mb = double(in.gradient_bytes) / kMb;
