@@ -91,7 +91,7 @@ std::string Trainer::epoch_line(const std::string& what, const std::vector<Sampl
   std::snprintf(buf, sizeof buf, epochs >= 10 ? "%.1f" : "%.3g", epochs);
   std::string line = what + ": one epoch = " + grouped(int64_t(samples.size())) +
                      (samples.size() == 1 ? " sample, " : " samples, ") + grouped(tokens) +
-                     " tokens (" + grouped(trained) + " trained); " + grouped(steps) + " steps x " +
+                     " tokens (" + grouped(trained) + " trained); " + grouped(steps) + (steps == 1 ? " step x " : " steps x ") +
                      grouped(batch) + " samples = " + buf + " epochs";
   if (epochs >= 20) line += " (each sample seen ~" + grouped(int64_t(epochs + 0.5)) + " times: watch for overfitting)";
   return line;
