@@ -20,9 +20,7 @@
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "data/text_dataset.h"
-#include "data/tokenized_jsonl.h"
 #include "dist/comm.h"
-#include "lora/peft_io.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
@@ -32,8 +30,6 @@
 #include "parallel/fsdp.h"
 #include "train/memory_estimate.h"
 #include "train/metrics.h"
-#include "train/run_dir.h"
-#include "dist/world.h"
 
 namespace glint {
 
@@ -211,70 +207,6 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::plan_memory() {
-  const int W = comm_->size();
-  MemoryInputs in;
-  in.weight_bytes = local_weight_bytes();
-  for (const auto& p : trainable_) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
-  auto data_bytes = [](const std::vector<Sample>& set) {
-    int64_t n = 0;
-    for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
-    return n;
-  };
-  in.data_bytes = data_bytes(samples_);
-  for (const auto& t : tenants_) in.data_bytes += data_bytes(t->samples);
-  in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
-  in.seq_len = data_->collate.seq_len;
-  in.ep = opt_.ep;
-  in.lora_r = opt_.full ? 0 : opt_.lora.r;
-  for (const auto& t : opt_.tenants) in.lora_r = std::max(in.lora_r, t.adapter.lora.r);
-  in.recompute = opt_.fsdp || opt_.activation_checkpointing;
-  in.fsdp = opt_.fsdp;
-  in.full = opt_.full;
-  // Rows of one step on this rank: its share of the batch (of every tenant's batch).
-  int64_t rows = opt_.batch_size / W;
-  if (!tenants_.empty()) {
-    rows = 0;
-    for (const auto& t : tenants_) rows += t->spec.batch_size / W;
-  }
-  const bool chosen_by_user = opt_.micro_batch_size > 0;
-  double budget = opt_.memory_budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
-                                             : parse_memory_size(opt_.memory_budget, "--memory-budget");
-  auto estimate = [&](int64_t mbs) {
-    in.rows = mbs;
-    return estimate_memory(model_->config, in);
-  };
-  if (chosen_by_user) {
-    micro_batch_size_ = opt_.micro_batch_size;
-  } else {
-    // The largest micro-batch among the divisors of the rows (equal micro-batches) that
-    // fits the budget and holds at most kMicroBatchTokens padded tokens: beyond that the
-    // matmuls gain nothing, while padding (rows are as long as their longest) and memory
-    // grow; samples of like length share a micro-batch (next_micro_batches).
-    micro_batch_size_ = 1;
-    for (int64_t m = rows; m >= 1; --m)
-      if (rows % m == 0 && m * in.seq_len <= kMicroBatchTokens && (budget <= 0 || estimate(m).total_mb() <= budget)) {
-        micro_batch_size_ = m;
-        break;
-      }
-  }
-  MemoryEstimate e = estimate(micro_batch_size_);
-  std::string line = e.line(micro_batch_size_, in.seq_len);
-  if (budget > 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "; budget %.0f MB", budget);
-    line += buf;
-  }
-  line += chosen_by_user ? " (--micro-batch-size)"
-                         : " (micro-batch: the most sequences of at most " + std::to_string(kMicroBatchTokens) +
-                               " tokens that fit the budget)";
-  report_.push_back(line);
-  if (budget > 0 && e.total_mb() > budget)
-    report_.push_back(std::string("warning: the estimate exceeds the memory budget") +
-                      (chosen_by_user ? "; a smaller --micro-batch-size" : " even at one sequence per micro-batch;") +
-                      " --activation-checkpointing, --fsdp or a shorter --seq-len would lower it");
-}
 
 std::vector<Batch> Trainer::next_micro_batches() {
   if (bank_) return next_tenant_batches();
@@ -512,80 +444,6 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   for (size_t i = 0; i < held_out.size(); ++i)
     correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
   return double(correct) / double(count);
-}
-
-void Trainer::save_full_model() {
-  // Collective: every rank gathers the sharded layers; under EP, the ranks of rank 0's EP
-  // group gather their experts to rank 0 one layer at a time; rank 0 writes.
-  const bool lead = comm_->rank() == 0;
-  if (fsdp_)
-    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
-  std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
-  if (ep_comm_ && mesh_->coordinate("ep_fsdp") == 0) {
-    at::NoGradGuard no_grad;
-    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) {
-      DecoderLayer layer = model_->layer(l);
-      if (!layer->moe) continue;
-      ExpertsImpl& ex = *layer->moe->experts;
-      at::Tensor gu = ep_comm_->gather(ex.gate_up_proj.detach(), 0), dn = ep_comm_->gather(ex.down_proj.detach(), 0);
-      if (!lead) continue;
-      local.push_back({&ex, {ex.gate_up_proj.detach().clone(), ex.down_proj.detach().clone()}});
-      ex.gate_up_proj.set_(gu);
-      ex.down_proj.set_(dn);
-      ex.first_expert = 0;
-    }
-  }
-  if (lead) {
-    save_pretrained(*model_, opt_.output + "/model");
-    // The tokenizer too, so the directory is a whole model (transformers, vLLM, --model).
-    const std::string tokenizer = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
-    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, opt_.output + "/model");
-  }
-  {
-    at::NoGradGuard no_grad;
-    for (auto& [ex, w] : local) {
-      ex->gate_up_proj.set_(w.first);
-      ex->down_proj.set_(w.second);
-      ex->first_expert = ep_comm_->rank() * w.first.size(0);
-    }
-  }
-  if (fsdp_)
-    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
-}
-
-void Trainer::save() {
-  if (opt_.full) return save_full_model();
-  if (bank_) {
-    for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)
-      save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
-    return;
-  }
-  save_lora(lora_, opt_.output + "/adapter");
-}
-
-void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
-  const std::string base = opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir;
-  if (!ep_comm_) {
-    if (comm_->rank() == 0) save_adapter(dir, lora, base);
-    return;
-  }
-  // Expert adapters hold this EP rank's experts: the ranks of rank 0's EP group gather
-  // them to rank 0 (a gather: no other rank holds more than its own), which writes the
-  // adapter exactly as a 1-rank run would.
-  if (mesh_->coordinate("ep_fsdp") != 0) return;
-  LoraModel whole;
-  whole.options = lora.options;
-  for (const LoraSite& site : lora.sites) {
-    if (!site.experts) {
-      whole.sites.push_back(site);
-      continue;
-    }
-    at::Tensor A = ep_comm_->gather(site.experts->A.detach(), 0), B = ep_comm_->gather(site.experts->B.detach(), 0);
-    LoraSite s = site;
-    s.experts = std::make_shared<LoraExperts>(A, B, site.experts->scale);
-    whole.sites.push_back(s);
-  }
-  if (comm_->rank() == 0) save_adapter(dir, whole, base);
 }
 
 void Trainer::run() {

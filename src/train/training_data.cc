@@ -1,11 +1,18 @@
-// The trainer's data: reading every file whole, choosing the sequence length, cutting
-// to it with a report, and what one epoch is.
+// The trainer's setup beyond the model: reading every data file whole, choosing the
+// sequence length and cutting to it with a report, what one epoch is, and the memory
+// plan (the micro-batch and the estimate printed before step 1).
+#include <ATen/ATen.h>
+
 #include <cstdio>
 
 #include "core/error.h"
 #include "data/lengths.h"
 #include "data/text_dataset.h"
 #include "data/tokenized_jsonl.h"
+#include "dist/comm.h"
+#include "dist/world.h"
+#include "parallel/fsdp.h"
+#include "train/memory_estimate.h"
 #include "train/trainer.h"
 
 namespace glint {
@@ -95,6 +102,70 @@ std::string Trainer::epoch_line(const std::string& what, const std::vector<Sampl
                      grouped(batch) + " samples = " + buf + " epochs";
   if (epochs >= 20) line += " (each sample seen ~" + grouped(int64_t(epochs + 0.5)) + " times: watch for overfitting)";
   return line;
+}
+
+void Trainer::plan_memory() {
+  const int W = comm_->size();
+  MemoryInputs in;
+  in.weight_bytes = local_weight_bytes();
+  for (const auto& p : trainable_) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+  auto data_bytes = [](const std::vector<Sample>& set) {
+    int64_t n = 0;
+    for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
+    return n;
+  };
+  in.data_bytes = data_bytes(samples_);
+  for (const auto& t : tenants_) in.data_bytes += data_bytes(t->samples);
+  in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
+  in.seq_len = data_->collate.seq_len;
+  in.ep = opt_.ep;
+  in.lora_r = opt_.full ? 0 : opt_.lora.r;
+  for (const auto& t : opt_.tenants) in.lora_r = std::max(in.lora_r, t.adapter.lora.r);
+  in.recompute = opt_.fsdp || opt_.activation_checkpointing;
+  in.fsdp = opt_.fsdp;
+  in.full = opt_.full;
+  // Rows of one step on this rank: its share of the batch (of every tenant's batch).
+  int64_t rows = opt_.batch_size / W;
+  if (!tenants_.empty()) {
+    rows = 0;
+    for (const auto& t : tenants_) rows += t->spec.batch_size / W;
+  }
+  const bool chosen_by_user = opt_.micro_batch_size > 0;
+  double budget = opt_.memory_budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
+                                             : parse_memory_size(opt_.memory_budget, "--memory-budget");
+  auto estimate = [&](int64_t mbs) {
+    in.rows = mbs;
+    return estimate_memory(model_->config, in);
+  };
+  if (chosen_by_user) {
+    micro_batch_size_ = opt_.micro_batch_size;
+  } else {
+    // The largest micro-batch among the divisors of the rows (equal micro-batches) that
+    // fits the budget and holds at most kMicroBatchTokens padded tokens: beyond that the
+    // matmuls gain nothing, while padding (rows are as long as their longest) and memory
+    // grow; samples of like length share a micro-batch (next_micro_batches).
+    micro_batch_size_ = 1;
+    for (int64_t m = rows; m >= 1; --m)
+      if (rows % m == 0 && m * in.seq_len <= kMicroBatchTokens && (budget <= 0 || estimate(m).total_mb() <= budget)) {
+        micro_batch_size_ = m;
+        break;
+      }
+  }
+  MemoryEstimate e = estimate(micro_batch_size_);
+  std::string line = e.line(micro_batch_size_, in.seq_len);
+  if (budget > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; budget %.0f MB", budget);
+    line += buf;
+  }
+  line += chosen_by_user ? " (--micro-batch-size)"
+                         : " (micro-batch: the most sequences of at most " + std::to_string(kMicroBatchTokens) +
+                               " tokens that fit the budget)";
+  report_.push_back(line);
+  if (budget > 0 && e.total_mb() > budget)
+    report_.push_back(std::string("warning: the estimate exceeds the memory budget") +
+                      (chosen_by_user ? "; a smaller --micro-batch-size" : " even at one sequence per micro-batch;") +
+                      " --activation-checkpointing, --fsdp or a shorter --seq-len would lower it");
 }
 
 }  // namespace glint

@@ -1,0 +1,90 @@
+// What a run leaves behind: the adapter(s) in PEFT's layout, or the whole model with
+// --full, gathered from the ranks' shards and expert slices to rank 0.
+#include <ATen/ATen.h>
+
+#include "core/fs.h"
+#include "dist/comm.h"
+#include "dist/mesh.h"
+#include "lora/peft_io.h"
+#include "model/weights.h"
+#include "parallel/fsdp.h"
+#include "train/run_dir.h"
+#include "train/trainer.h"
+
+namespace glint {
+
+void Trainer::save_full_model() {
+  // Collective: every rank gathers the sharded layers; under EP, the ranks of rank 0's EP
+  // group gather their experts to rank 0 one layer at a time; rank 0 writes.
+  const bool lead = comm_->rank() == 0;
+  if (fsdp_)
+    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
+  std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
+  if (ep_comm_ && mesh_->coordinate("ep_fsdp") == 0) {
+    at::NoGradGuard no_grad;
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) {
+      DecoderLayer layer = model_->layer(l);
+      if (!layer->moe) continue;
+      ExpertsImpl& ex = *layer->moe->experts;
+      at::Tensor gu = ep_comm_->gather(ex.gate_up_proj.detach(), 0), dn = ep_comm_->gather(ex.down_proj.detach(), 0);
+      if (!lead) continue;
+      local.push_back({&ex, {ex.gate_up_proj.detach().clone(), ex.down_proj.detach().clone()}});
+      ex.gate_up_proj.set_(gu);
+      ex.down_proj.set_(dn);
+      ex.first_expert = 0;
+    }
+  }
+  if (lead) {
+    save_pretrained(*model_, opt_.output + "/model");
+    // The tokenizer too, so the directory is a whole model (transformers, vLLM, --model).
+    const std::string tokenizer = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
+    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, opt_.output + "/model");
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [ex, w] : local) {
+      ex->gate_up_proj.set_(w.first);
+      ex->down_proj.set_(w.second);
+      ex->first_expert = ep_comm_->rank() * w.first.size(0);
+    }
+  }
+  if (fsdp_)
+    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
+}
+
+void Trainer::save() {
+  if (opt_.full) return save_full_model();
+  if (bank_) {
+    for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)
+      save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
+    return;
+  }
+  save_lora(lora_, opt_.output + "/adapter");
+}
+
+void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
+  const std::string base = opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir;
+  if (!ep_comm_) {
+    if (comm_->rank() == 0) save_adapter(dir, lora, base);
+    return;
+  }
+  // Expert adapters hold this EP rank's experts: the ranks of rank 0's EP group gather
+  // them to rank 0 (a gather: no other rank holds more than its own), which writes the
+  // adapter exactly as a 1-rank run would.
+  if (mesh_->coordinate("ep_fsdp") != 0) return;
+  LoraModel whole;
+  whole.options = lora.options;
+  for (const LoraSite& site : lora.sites) {
+    if (!site.experts) {
+      whole.sites.push_back(site);
+      continue;
+    }
+    at::Tensor A = ep_comm_->gather(site.experts->A.detach(), 0), B = ep_comm_->gather(site.experts->B.detach(), 0);
+    LoraSite s = site;
+    s.experts = std::make_shared<LoraExperts>(A, B, site.experts->scale);
+    whole.sites.push_back(s);
+  }
+  if (comm_->rank() == 0) save_adapter(dir, whole, base);
+}
+
+}  // namespace glint
