@@ -1,18 +1,40 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian 12 packages), then configures and builds glint into
+# Installs what is missing (Debian packages), then configures and builds glint into
 # build/. Safe to re-run: installed packages are skipped, the build is incremental.
+#
+# libtorch, the first that exists of: GLINT_TORCH_DIR (a libtorch folder, or its
+# share/cmake); the libtorch inside a python3 that imports torch (a pip-installed PyTorch,
+# with its CUDA when it has one); Debian's libtorch-dev (1.13 on Debian 12, 2.6 on 13).
+# GLINT_BUILD_DIR names another build tree; GLINT_REFERENCE_TESTS=OFF leaves out the npm
+# reference tests (scripts/torch2-check.sh builds that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+build_dir=${GLINT_BUILD_DIR:-build}
+reference=${GLINT_REFERENCE_TESTS:-ON}
+
+torch_prefix=""
+if [ -n "${GLINT_TORCH_DIR:-}" ]; then
+  torch_prefix=$GLINT_TORCH_DIR
+  [ -d "$torch_prefix" ] || { echo "GLINT_TORCH_DIR=$torch_prefix is not a directory" >&2; exit 2; }
+elif command -v python3 >/dev/null &&
+     torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null) &&
+     [ -n "$torch_prefix" ]; then
+  echo "libtorch: the one inside python3's torch ($torch_prefix)"
+else
+  torch_prefix=""
+fi
+
 packages=(build-essential cmake ninja-build ccache pkg-config
-          libtorch-dev libgloo-dev libopenblas0-pthread
+          libgloo-dev libopenblas0-pthread
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libgoogle-perftools-dev
           libpcre2-dev libicu-dev
           openmpi-bin)
 # The reference tests (tests/reference) install npm packages: Node.js and npm, from
 # Debian where the machine has none.
-command -v npm >/dev/null || packages+=(nodejs npm)
+[ -n "$torch_prefix" ] || packages+=(libtorch-dev)
+[ "$reference" = OFF ] || command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,5 +48,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=${GLINT_BUILD_JOBS:-$(nproc)}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${GLINT_CMAKE_ARGS:-}
-cmake --build build -j "$jobs"
+torch_args=()
+[ -z "$torch_prefix" ] || torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGLINT_REFERENCE_TESTS="$reference" "${torch_args[@]}" ${GLINT_CMAKE_ARGS:-}
+cmake --build "$build_dir" -j "$jobs"

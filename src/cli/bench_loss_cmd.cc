@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/compat.h"
 #include "core/error.h"
 #include "model/chunked_loss.h"
 
@@ -43,7 +44,7 @@ double best_seconds(int64_t repeats, F&& loss) {
 }
 
 int run_bench_loss(const BenchLossOptions& o) {
-  at::set_num_threads(o.threads > 0 ? int(o.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  compat::set_cpu_threads(o.threads > 0 ? int(o.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
   at::manual_seed(0);
   at::Tensor h = (at::randn({o.tokens, o.hidden}) * 0.5).requires_grad_(true);  // [N,H]
   at::Tensor w = (at::randn({o.vocab, o.hidden}) * 0.02).requires_grad_(o.head_grad);  // [V,H]

@@ -71,8 +71,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                   "comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,"
                   "experts.gate_up_proj,experts.down_proj, or all")->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "float32, bfloat16 or float16")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu or cuda[:N]")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "auto (bfloat16 on a GPU, float32 on the CPU), float32, bfloat16 or float64; "
+                                       "bfloat16 keeps float32 master copies of what trains")->capture_default_str();
+  cmd->add_option("--device", o->device, "auto (cuda:LOCAL_RANK when a GPU is present, else cpu), cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
   cmd->add_option("--log-every", o->log_every, "readable line every N steps")->capture_default_str();
   cmd->add_option("--eval-every", o->eval_every, "built-in task: eval every N steps")->capture_default_str();

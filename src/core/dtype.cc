@@ -39,6 +39,18 @@ c10::Device parse_device(const std::string& name, const std::string& what) {
   fail(what, ": unknown device '", name, "' (expected cpu, cuda or cuda:N)");
 }
 
+c10::Device resolve_device(const std::string& name, int local_rank, const std::string& what) {
+  if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, c10::DeviceIndex(local_rank)) : c10::Device(c10::kCPU);
+  c10::Device d = parse_device(name, what);
+  if (d.is_cuda() && !d.has_index()) d = c10::Device(c10::kCUDA, c10::DeviceIndex(local_rank));
+  return d;
+}
+
+c10::ScalarType resolve_dtype(const std::string& name, const c10::Device& device, const std::string& what) {
+  if (name == "auto") return device.is_cuda() ? c10::kBFloat16 : c10::kFloat;
+  return parse_dtype(name, what);
+}
+
 size_t dtype_size(c10::ScalarType t) { return c10::elementSize(t); }
 
 }  // namespace glint

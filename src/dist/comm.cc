@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/compat.h"
 #include "core/error.h"
 
 namespace glint {
@@ -47,8 +48,9 @@ class SoloComm : public Comm {
   }
 };
 
-// Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all and AVG;
-// each is built from what it has (see DESIGN.md §1).
+// Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all, AVG and
+// 16-bit floats; each is built from what it has (see DESIGN.md §1), which every later
+// Gloo has too, so one implementation serves all builds.
 class GlooComm : public Comm {
  public:
   GlooComm(const World& w) : rank_(w.rank), size_(w.world_size), host_(w.master_addr) {
@@ -60,7 +62,7 @@ class GlooComm : public Comm {
       so.numWorkers = w.world_size;
       so.waitWorkers = true;
       so.timeout = timeout;
-      store_ = c10::make_intrusive<c10d::TCPStore>(w.master_addr, so);
+      store_ = compat::make_tcp_store(w.master_addr, so);
     } catch (const std::exception& e) {
       fail("rank ", w.rank, ": rendezvous at ", w.master_addr, ":", w.master_port,
            " failed (", w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?",
@@ -90,12 +92,19 @@ class GlooComm : public Comm {
 
   void all_reduce_sum(at::Tensor& t) override {
     GLINT_ASSERT(t.is_contiguous());
+    if (!gloo_carries(t)) {  // summed in float32 over the wire, then rounded once
+      at::Tensor wide = t.to(at::kFloat);
+      all_reduce_sum(wide);
+      t.copy_(wide);
+      return;
+    }
     std::vector<at::Tensor> v{t};
     run("all_reduce", [&] { return pg_->allreduce(v); });
     count("all_reduce", 2 * nbytes(t) * (size_ - 1) / size_);  // ring all-reduce volume
   }
 
   at::Tensor all_gather(const at::Tensor& t) override {
+    if (!gloo_carries(t)) return all_gather(as_bits(t)).view(t.scalar_type());
     at::Tensor in = t.contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] *= size_;
@@ -118,6 +127,8 @@ class GlooComm : public Comm {
     std::vector<int64_t> shape = t.sizes().vec();
     shape[0] = n;
     shape.insert(shape.begin(), size_);
+    // Low-precision chunks travel as they are and are summed in float32 here.
+    if (!gloo_carries(t)) return received.view(shape).sum(0, false, at::kFloat).to(t.scalar_type());
     return received.view(shape).sum(0);
   }
 
@@ -128,7 +139,7 @@ class GlooComm : public Comm {
 
   void broadcast(at::Tensor& t, int root) override {
     GLINT_ASSERT(t.is_contiguous());
-    std::vector<at::Tensor> v{t};
+    std::vector<at::Tensor> v{gloo_carries(t) ? t : as_bits(t)};  // a view: t receives
     c10d::BroadcastOptions o;
     o.rootRank = root;
     run("broadcast", [&] { return pg_->broadcast(v, o); });
@@ -136,6 +147,10 @@ class GlooComm : public Comm {
   }
 
   at::Tensor gather(const at::Tensor& t, int root) override {
+    if (!gloo_carries(t)) {
+      at::Tensor out = gather(as_bits(t), root);
+      return out.defined() ? out.view(t.scalar_type()) : out;
+    }
     at::Tensor in = t.contiguous();
     std::vector<at::Tensor> ins{in};
     std::vector<std::vector<at::Tensor>> outs;
@@ -159,6 +174,13 @@ class GlooComm : public Comm {
 
  private:
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  // Gloo (1.13's at least) has no bf16 or float16: such data moves as its raw 16-bit
+  // patterns and is summed in float32.
+  static bool gloo_carries(const at::Tensor& t) {
+    return t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf;
+  }
+  static at::Tensor as_bits(const at::Tensor& t) { return t.contiguous().view(at::kShort); }
 
   static c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                int rank, int size, const std::string& addr,
@@ -185,6 +207,7 @@ class GlooComm : public Comm {
 
   at::Tensor exchange(const at::Tensor& in, const std::vector<int64_t>& send,
                       const std::vector<int64_t>& recv, const char* op) {
+    if (!gloo_carries(in)) return exchange(as_bits(in), send, recv, op).view(in.scalar_type());
     GLINT_ASSERT(int(send.size()) == size_ && int(recv.size()) == size_);
     GLINT_ASSERT(std::accumulate(send.begin(), send.end(), int64_t(0)) == in.size(0));
     std::vector<int64_t> shape = in.sizes().vec();

@@ -1,11 +1,13 @@
 #include "lora/lora.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "core/compat.h"
 #include "core/error.h"
 #include "model/causal_lm.h"
 
@@ -88,13 +90,9 @@ LoraExperts::LoraExperts(at::Tensor A_, at::Tensor B_, double s)
 
 at::Tensor LoraExperts::delta(const at::Tensor& x, const std::vector<int64_t>& counts, const at::Tensor&) const {
   auto dt = x.scalar_type();
-  std::vector<at::Tensor> As = A.to(dt).unbind(0), Bs = B.to(dt).unbind(0);
-  std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
-  // Empty groups too: a [0, out] product keeps the result in x's autograd graph even when
-  // no group has tokens (expert parallelism: a rank may receive none, and its backward
-  // must still run the reverse all-to-all with the others).
-  for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::linear(at::linear(parts[e], As[e]), Bs[e]);  // [n_e, out]
-  return at::cat(parts, 0) * scale;
+  // Through [n_e, r] per expert: ΔW_e is never formed.
+  at::Tensor low = compat::grouped_matmul(x, A.to(dt), counts);  // [N, r]
+  return compat::grouped_matmul(low, B.to(dt), counts) * scale;  // [N, out]
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LoraModel::named_parameters() {
@@ -159,6 +157,9 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
   at::NoGradGuard no_grad;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   auto dev = model.placement.device;
+  // Adapters are float32 over float32 and narrower bases (their masters: the optimizer
+  // updates them in place), float64 over a float64 base.
+  const c10::ScalarType dtype = model.placement.dtype == at::kDouble ? at::kDouble : options.dtype;
   double scale = options.scale();
   int64_t r = options.r;
   // A ~ U(-1/sqrt(in), 1/sqrt(in)), drawn on CPU in float32 so the values do not depend
@@ -167,10 +168,10 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
     at::Tensor a = at::empty(shape, at::kFloat);
     double bound = 1.0 / std::sqrt(double(in));
     a.uniform_(-bound, bound, gen);
-    return a.to(dev, options.dtype).set_requires_grad(true);
+    return a.to(dev, dtype).set_requires_grad(true);
   };
   auto zeros = [&](at::IntArrayRef shape) {
-    return at::zeros(shape, at::TensorOptions().dtype(options.dtype).device(dev))
+    return at::zeros(shape, at::TensorOptions().dtype(dtype).device(dev))
         .set_requires_grad(true);
   };
   LoraModel lm;

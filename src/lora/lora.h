@@ -30,7 +30,7 @@ struct LoraOptions {
                                              "gate_proj", "up_proj", "down_proj"};
   // Packed expert parameters (PEFT target_parameters): gate_up_proj, down_proj.
   std::vector<std::string> target_parameters = {"gate_up_proj", "down_proj"};
-  c10::ScalarType dtype = c10::kFloat;  // adapter weights' dtype
+  c10::ScalarType dtype = c10::kFloat;  // adapter weights' dtype (float64 over a float64 model)
   // true: the lists name every supported target and apply_lora keeps those the model
   // has (a dense model has no expert targets). false: each listed target must match.
   bool all_targets = true;

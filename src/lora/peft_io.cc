@@ -1,6 +1,7 @@
 #include "lora/peft_io.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -34,7 +35,7 @@ at::Tensor expert_A_from_peft(const at::Tensor& A, int64_t E) {
 }
 
 at::Tensor expert_B_from_peft(const at::Tensor& B, int64_t E) {
-  return B.reshape({B.size(0), B.size(1) / E, E}).permute({2, 0, 1});
+  return B.reshape({B.size(0), B.size(1) / E, E}).permute({2, 0, 1}).contiguous();
 }
 
 std::string peft_key(const LoraSite& site, bool is_A,

@@ -1,6 +1,7 @@
 #include "lora/tenants.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/error.h"
 #include "model/causal_lm.h"

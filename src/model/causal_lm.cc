@@ -1,6 +1,7 @@
 #include "model/causal_lm.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/modules/embedding.h>
 
 #include "core/error.h"

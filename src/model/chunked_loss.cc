@@ -53,7 +53,11 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
         at::Tensor rescale = (m - m_new).exp_();                                   // [C]
         l.sub_(m_new.unsqueeze(1)).exp_();
         S.mul_(rescale).add_(l.sum(1));
-        if (early_grad) U.mul_(rescale.unsqueeze(1)).addmm_(l.to(hidden.scalar_type()), w);
+        if (early_grad) {  // bf16 operands take a bf16 GEMM, accumulated in float32
+          U.mul_(rescale.unsqueeze(1));
+          if (w.scalar_type() == compute) U.addmm_(l, w);
+          else U.add_(at::mm(l.to(w.scalar_type()), w));
+        }
         m = m_new;
       }
       at::Tensor t = target.narrow(0, c0, n);

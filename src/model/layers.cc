@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/compat.h"
 #include "core/error.h"
 
 namespace glint {
@@ -93,18 +94,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope,
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rotary(q, rope);
   k = apply_rotary(k, rope);
-  int64_t rep = num_heads / num_kv_heads;
-  if (rep > 1) {  // query head h reads kv head h / rep
-    k = k.repeat_interleave(rep, 1);
-    v = v.repeat_interleave(rep, 1);
-  }
-  // Scores and softmax in float32 (or float64), as transformers' eager path does.
-  auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)).to(compute) *
-                      (1.0 / std::sqrt(double(head_dim)));                 // [B,N,S,S]
-  scores = scores + mask.to(compute);
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
-  at::Tensor out = at::matmul(probs, v);                                    // [B,N,S,D]
+  // Query head h reads kv head h / (num_heads / num_kv_heads).
+  at::Tensor out = compat::scaled_dot_product_attention(q, k, v, mask);  // [B,N,S,D]
   out = out.transpose(1, 2).reshape({B, S, num_heads * head_dim});
   return o_proj->forward(out);
 }

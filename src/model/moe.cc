@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "core/compat.h"
 #include "core/error.h"
 
 namespace glint {
@@ -50,19 +51,10 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
   int64_t I = intermediate();
-  std::vector<at::Tensor> w_gu = gate_up_proj.unbind(0), w_dn = down_proj.unbind(0);
-  // One GEMM per local expert over its token group. Empty groups multiply too (no work):
-  // the result then stays in the autograd graph of x even when no expert got a token, so
-  // that under expert parallelism every rank runs the same backward collectives.
-  auto grouped = [&](const at::Tensor& in, const std::vector<at::Tensor>& w) {
-    std::vector<at::Tensor> parts = in.split_with_sizes(counts, 0);
-    for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::matmul(parts[e], w[e].t());
-    return at::cat(parts, 0);
-  };
-  at::Tensor h = grouped(x, w_gu);                                   // [N, 2I]
+  at::Tensor h = compat::grouped_matmul(x, gate_up_proj, counts);                                   // [N, 2I]
   if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts, tags);
   at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);  // [N, I]
-  at::Tensor y = grouped(act, w_dn);                                 // [N, H]
+  at::Tensor y = compat::grouped_matmul(act, down_proj, counts);                                 // [N, H]
   if (down_adapter) y = y + down_adapter->delta(act, counts, tags);
   return y;
 }

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <set>

@@ -1,6 +1,7 @@
 #include "parallel/expert_parallel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/error.h"
 #include "dist/autograd.h"

@@ -1,6 +1,7 @@
 #include "parallel/fsdp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/error.h"
 #include "dist/comm.h"

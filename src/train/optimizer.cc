@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 
@@ -18,11 +19,21 @@ void AdamWOptions::validate(const std::string& where) const {
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
   options_.validate("AdamW");
+  at::NoGradGuard no_grad;
   for (const auto& p : params_) {
     auto opts = p.options().dtype(at::kFloat);
     m_.push_back(at::zeros(p.sizes(), opts));
     v_.push_back(at::zeros(p.sizes(), opts));
+    const bool narrow = p.scalar_type() != at::kFloat && p.scalar_type() != at::kDouble;
+    master_.push_back(narrow ? p.detach().to(at::kFloat) : at::Tensor());
   }
+}
+
+int64_t AdamW::state_bytes() const {
+  auto bytes = [](const at::Tensor& t) { return t.defined() ? int64_t(t.numel()) * int64_t(t.element_size()) : 0; };
+  int64_t n = 0;
+  for (size_t i = 0; i < params_.size(); ++i) n += bytes(m_[i]) + bytes(v_[i]) + bytes(master_[i]);
+  return n;
 }
 
 void AdamW::step(double lr) {
@@ -40,15 +51,10 @@ void AdamW::step(double lr) {
     // p <- p - lr * wd * p - lr * m_hat / (sqrt(v_hat) + eps)
     at::Tensor denom = (v_[i] / bc2).sqrt_().add_(options_.eps);
     at::Tensor update = (m_[i] / bc1).div_(denom);
-    if (p.scalar_type() == at::kFloat) {
-      if (options_.weight_decay > 0) p.mul_(1.0 - lr * options_.weight_decay);
-      p.add_(update, -lr);
-    } else {
-      at::Tensor pf = p.to(at::kFloat);
-      if (options_.weight_decay > 0) pf.mul_(1.0 - lr * options_.weight_decay);
-      pf.add_(update, -lr);
-      p.copy_(pf);
-    }
+    at::Tensor& w = master_[i].defined() ? master_[i] : p;
+    if (options_.weight_decay > 0) w.mul_(1.0 - lr * options_.weight_decay);
+    w.add_(update, -lr);
+    if (master_[i].defined()) p.copy_(w);
   }
 }
 

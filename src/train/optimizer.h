@@ -18,7 +18,10 @@ struct AdamWOptions {
   void validate(const std::string& where) const;
 };
 
-// Keeps float32 moments for each parameter (the parameters may be any float dtype).
+// Keeps float32 moments for each parameter. A parameter narrower than float32 (bf16,
+// float16) also gets a float32 master copy: the update is applied to the master and the
+// parameter is its rounding, so updates below the parameter's resolution accumulate
+// instead of vanishing. float32 and float64 parameters are their own masters.
 class AdamW {
  public:
   AdamW(std::vector<at::Tensor> params, AdamWOptions options);
@@ -30,9 +33,13 @@ class AdamW {
   // Moment tensors, for checkpoints and tests.
   const std::vector<at::Tensor>& exp_avg() const { return m_; }
   const std::vector<at::Tensor>& exp_avg_sq() const { return v_; }
+  // The float32 master of parameter i (the parameter itself when it is float32 or wider).
+  const at::Tensor& master(size_t i) const { return master_[i].defined() ? master_[i] : params_[i]; }
+  // Bytes of the state beside the parameters: moments and masters.
+  int64_t state_bytes() const;
 
  private:
-  std::vector<at::Tensor> params_, m_, v_;
+  std::vector<at::Tensor> params_, m_, v_, master_;
   AdamWOptions options_;
   int64_t step_ = 0;
 };

@@ -87,7 +87,6 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
     auto st = std::make_unique<TenantState>();
     st->spec = spec;
     TenantOptions adapter = spec.adapter;
-    if (model_->placement.dtype == at::kDouble) adapter.lora.dtype = at::kDouble;
     st->slot = bank_->add(adapter);
     st->samples = std::move(data[i]);
     report_.push_back(epoch_line("tenant " + spec.adapter.name, st->samples, spec.steps, spec.batch_size));
@@ -117,11 +116,8 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
 }
 
 int64_t Trainer::tenant_weight_bytes() const {
-  auto bytes = [](const at::Tensor& t) { return int64_t(t.numel()) * int64_t(t.element_size()); };
   int64_t n = 0;
-  for (const auto& st : tenants_)
-    for (size_t i = 0; i < st->optimizer->exp_avg().size(); ++i)
-      n += bytes(st->optimizer->exp_avg()[i]) + bytes(st->optimizer->exp_avg_sq()[i]);
+  for (const auto& st : tenants_) n += st->optimizer->state_bytes();
   return n;
 }
 

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/compat.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -66,6 +68,20 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(tokenizer.empty() || path_exists(tokenizer + "/tokenizer.json"), "--tokenizer ", tokenizer,
                     ": no tokenizer.json");
   if (!memory_budget.empty()) parse_memory_size(memory_budget, "--memory-budget");
+  if (dtype != "auto") {
+    c10::ScalarType dt;
+    try {
+      dt = parse_dtype(dtype, "--dtype");
+    } catch (const Error& e) {
+      usage_fail(e.what());
+    }
+    GLINT_USAGE_CHECK(dt != at::kHalf,
+                      "--dtype float16 is not supported for training: its narrow range needs loss scaling to keep "
+                      "small gradients from vanishing, which glint does not do; use --dtype bfloat16 (same speed on "
+                      "every GPU that has float16 tensor cores since Ampere, and float32's range) or float32");
+  }
+  GLINT_USAGE_CHECK(device == "auto" || device == "cpu" || device.rfind("cuda", 0) == 0, "--device: unknown device '",
+                    device, "' (expected auto, cpu, cuda or cuda:N)");
   adam.validate("AdamW options");
   if (!full) lora.validate("LoRA options");
 }
@@ -80,9 +96,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     GLINT_USAGE_CHECK((opt_.batch_size / W) % opt_.micro_batch_size == 0, "each rank's share of --batch-size (",
                 opt_.batch_size / W, ") must be a multiple of --micro-batch-size (",
                 opt_.micro_batch_size, ")");
-  at::set_num_threads(opt_.threads > 0 ? int(opt_.threads)
-                                       : int(std::max(1u, std::thread::hardware_concurrency())));
-  TensorPlacement place{parse_dtype(opt_.dtype, "--dtype"), parse_device(opt_.device, "--device")};
+  compat::set_cpu_threads(opt_.threads > 0 ? int(opt_.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  const c10::Device device = resolve_device(opt_.device, World::from_env().local_rank, "--device");
+  TensorPlacement place{resolve_dtype(opt_.dtype, device, "--dtype"), device};
   std::unique_ptr<CheckpointReader> checkpoint;
   builtin_task_ = opt_.data.empty() && opt_.tenants.empty();
   const bool ep = opt_.ep > 1;
@@ -164,10 +180,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   } else if (!opt_.tenants.empty()) {
     setup_tenants(std::move(tenant_data));
   } else {
-    LoraOptions lora = opt_.lora;
-    // Adapters train in float32 over low-precision bases; a float64 run stays float64.
-    if (place.dtype == at::kDouble) lora.dtype = at::kDouble;
-    lora_ = apply_lora(*model_, lora, opt_.seed + 2);
+    lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
     lora_.train(true);
     for (auto& [name, t] : lora_.named_parameters()) {
       trainable_.push_back(t);
@@ -337,9 +350,7 @@ int64_t Trainer::local_weight_bytes() const {
     for (const auto& s : fsdp_->shards()) n += bytes(s);
   if (!opt_.full)
     for (const auto& site : lora_.sites) n += bytes(site.A()) + bytes(site.B());
-  if (optimizer_)
-    for (size_t i = 0; i < optimizer_->exp_avg().size(); ++i)
-      n += bytes(optimizer_->exp_avg()[i]) + bytes(optimizer_->exp_avg_sq()[i]);
+  if (optimizer_) n += optimizer_->state_bytes();
   if (bank_) n += tenant_weight_bytes();
   return n;
 }

@@ -76,8 +76,10 @@ struct TrainOptions {
   std::vector<TenantSpec> tenants;  // multi-tenant LoRA: adapters trained together (each
                                     // with its own data); empty: one adapter (--lora-*)
   uint64_t seed = 0;
-  std::string dtype = "float32"; // parameter / compute dtype
-  std::string device = "cpu";
+  // Base weights and compute: float32, bfloat16 (trainable tensors keep float32 masters
+  // and moments), float64; "auto": bfloat16 on a GPU, float32 on the CPU.
+  std::string dtype = "auto";
+  std::string device = "auto";  // cpu, cuda (cuda:LOCAL_RANK), cuda:N; auto: a GPU if any
   int64_t threads = 0;           // intra-op threads; 0 = all cores
   int64_t log_every = 10;        // readable line every N steps
   int64_t eval_every = 100;      // built-in task: exact-match eval every N steps (0 = end only)

@@ -1,6 +1,7 @@
 // What a run leaves behind: the adapter(s) in PEFT's layout, or the whole model with
 // --full, gathered from the ranks' shards and expert slices to rank 0.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/fs.h"
 #include "dist/comm.h"

@@ -41,6 +41,10 @@ struct Variant {
   bool full;
   std::vector<std::pair<int, std::string>> runs;  // ranks and parallel flags of each multi-rank run
   std::string name;
+  std::string dtype = "float64";
+  // Relative agreement with the 1-rank run: losses, gradient norms and final weights;
+  // each step's gradients (norm of the difference over the norm).
+  double tol = 1e-9, grad_tol = 1e-9;
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
 
@@ -65,8 +69,8 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   ASSERT_EQ(code, 0) << out;
   make_routing_uneven(dir + "/model/model.safetensors");
   std::string train = std::string(GLINT_BINARY) + " train --model " + dir +
-                      "/model --steps 3 --batch-size 8 --micro-batch-size 1 --lr 1e-2 --seed 5 --dtype float64 "
-                      "--max-grad-norm 0.5 --warmup-steps 1" + (full ? " --full" : " --lora-r 4") +
+                      "/model --steps 3 --batch-size 8 --micro-batch-size 1 --lr 1e-2 --seed 5 --dtype " +
+                      GetParam().dtype + " --max-grad-norm 0.5 --warmup-steps 1" + (full ? " --full" : " --lora-r 4") +
                       " --output ";
   // float64: a mesh changes only the order of additions, so every number must agree to
   // rounding (1e-9 relative). In float32 the same runs differ by up to ~4e-5 in the
@@ -81,6 +85,9 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   glint::SafetensorsFile base_w(base_dir + weights);
   // Every step has experts without a single token (so some EP ranks receive none for them).
   for (int s = 0; s < 3; ++s) EXPECT_GE(base[s]["idle_experts"].get<int>(), 1) << "step " << s;
+  const double tol = GetParam().tol, grad_tol = GetParam().grad_tol;
+  const bool exact = GetParam().dtype == "float64";
+  double worst_metric = 0, worst_grad = 0, worst_weight = 0;  // printed: the measured gaps
   int index = 0;
   for (const auto& [w, flags] : GetParam().runs) {
     std::string run_dir = dir + "/run" + std::to_string(index++);
@@ -94,10 +101,13 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
     ASSERT_EQ(m.size(), 3u);
     for (int s = 0; s < 3; ++s) {
       EXPECT_EQ(m[s]["label_tokens"], base[s]["label_tokens"]) << "step " << s;
-      EXPECT_EQ(m[s]["idle_experts"], base[s]["idle_experts"]) << "step " << s;
-      for (const char* k : {"loss", "aux_loss", "grad_norm"})
-        EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), 1e-9)
+      // In float64 the routing is the same; in narrower types a near-tie may flip.
+      if (exact) EXPECT_EQ(m[s]["idle_experts"], base[s]["idle_experts"]) << "step " << s;
+      for (const char* k : {"loss", "aux_loss", "grad_norm"}) {
+        worst_metric = std::max(worst_metric, rel(m[s][k].get<double>(), base[s][k].get<double>()));
+        EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), tol)
             << k << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
+      }
     }
     // Every gradient of every step, gathered to full tensors (rank 0 writes them).
     for (int s = 1; s <= 3; ++s) {
@@ -108,8 +118,10 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
       for (const auto& k : want.keys()) {
         at::Tensor a = want.read(k), b = got.read(k);
         ASSERT_EQ(a.sizes(), b.sizes()) << k;
+        a = a.to(at::kDouble), b = b.to(at::kDouble);
         double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
-        EXPECT_LT(err, 1e-9) << "gradient " << k << " step " << s;
+        worst_grad = std::max(worst_grad, err);
+        EXPECT_LT(err, grad_tol) << "gradient " << k << " step " << s;
       }
     }
     // FSDP and EP: each rank holds a smaller share of the weights (and optimizer state);
@@ -124,11 +136,14 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
     glint::SafetensorsFile got(run_dir + weights);
     ASSERT_EQ(got.keys(), base_w.keys());
     for (const auto& k : base_w.keys()) {
-      at::Tensor a = base_w.read(k), b = got.read(k);
+      at::Tensor a = base_w.read(k).to(at::kDouble), b = got.read(k).to(at::kDouble);
       // Relative error of the tensor: ||a - b|| / ||a||.
       double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
-      EXPECT_LT(err, 1e-9) << k;
+      worst_weight = std::max(worst_weight, err);
+      EXPECT_LT(err, tol) << k;
     }
+    std::printf("W=%d %s %s: largest relative differences: metrics %.2e, gradients %.2e, weights %.2e\n", w,
+                flags.c_str(), GetParam().dtype.c_str(), worst_metric, worst_grad, worst_weight);
   }
 }
 
@@ -140,6 +155,7 @@ std::vector<std::pair<int, std::string>> on_2_and_4(const std::string& flags) {
 }
 const std::vector<std::pair<int, std::string>> kEpMeshes = {
     {2, "--fsdp --ep 2"}, {4, "--fsdp --ep 4"}, {4, "--fsdp --ep 2"}, {4, "--fsdp --ep 2 --ep-layout strided"}};
+const std::vector<std::pair<int, std::string>> kEp2Fsdp4 = {{4, "--fsdp --ep 2"}};
 const std::vector<std::pair<int, std::string>> kEpReplicated = {{2, "--ep 2"}, {4, "--ep 2 --activation-checkpointing"}};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -150,7 +166,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{false, on_2_and_4("--activation-checkpointing"), "LoraCheckpointing"},
                       Variant{true, on_2_and_4("--fsdp --activation-checkpointing"), "FullFsdpCheckpointing"},
                       Variant{false, kEpMeshes, "LoraEpFsdp"}, Variant{true, kEpMeshes, "FullEpFsdp"},
-                      Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"}),
+                      Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"},
+                      // EP x FSDP on 4 ranks in float32 and in bf16 (bf16 tolerances: see
+                      // docs/BENCHMARKS.md's mixed-precision section for the measured gaps).
+                      Variant{false, kEp2Fsdp4, "LoraEpFsdpFloat32", "float32", 1e-5, 1e-4},
+                      Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
+                      Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 2e-2, 1e-1},
+                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 2e-2, 1e-1}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -4,6 +4,7 @@
 //
 // Legend: E experts, r rank, in/out features of the adapted projection, H hidden, I expert width.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

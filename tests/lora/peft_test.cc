@@ -1,6 +1,7 @@
 // PEFT adapter files: key names, expert layouts (checked against tensors built here by
 // explicit index loops), adapter_config.json, save -> load round trip, bad adapters.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

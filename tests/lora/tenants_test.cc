@@ -2,6 +2,7 @@
 // outputs and gradients of that tenant's adapter applied alone (the single-adapter
 // path on a separate copy of the model), base-only rows the base model's outputs.
 #include <gtest/gtest.h>
+#include <ATen/core/grad_mode.h>
 
 #include "lora/lora_test_util.h"
 #include "lora/tenants.h"

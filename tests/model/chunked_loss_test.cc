@@ -50,6 +50,31 @@ TEST(ChunkedLoss, EqualsThePlainLossAndItsGradientsForEveryChunkSize) {
   }
 }
 
+// bf16 hidden states and head (a bf16 run): the loss in float32, within bf16's rounding
+// of the float64 loss of the same (bf16-representable) inputs, for both head forms.
+TEST(ChunkedLoss, Bf16InputsGiveAFloat32LossWithinBf16Rounding) {
+  at::manual_seed(4);
+  const int64_t N = 37, H = 16, V = 29;
+  at::Tensor h16 = at::randn({N, H}).to(at::kBFloat16), w16 = (at::randn({V, H}) * 0.3).to(at::kBFloat16);
+  at::Tensor target = at::randint(0, V, {N}, at::kLong);
+  at::Tensor h = h16.to(at::kDouble).requires_grad_(true), w = w16.to(at::kDouble).requires_grad_(true);
+  at::Tensor ref = -at::log_softmax(at::matmul(h, w.t()), 1).gather(1, target.unsqueeze(1)).squeeze(1);
+  auto ref_grads = torch::autograd::grad({ref.sum()}, {h, w});
+  for (bool head_trains : {false, true}) {
+    SCOPED_TRACE(head_trains ? "trainable head" : "frozen head");
+    at::Tensor hc = h16.clone().requires_grad_(true), wc = w16.clone().requires_grad_(head_trains);
+    at::Tensor nll = chunked_cross_entropy(hc, wc, target, /*chunk_elements=*/64, /*tile_tokens=*/8);
+    ASSERT_EQ(nll.scalar_type(), at::kFloat);
+    EXPECT_LT(rel(nll.to(at::kDouble), ref.detach()), 1e-2);
+    std::vector<at::Tensor> inputs{hc};
+    if (head_trains) inputs.push_back(wc);
+    auto grads = torch::autograd::grad({nll.sum()}, inputs);
+    EXPECT_EQ(grads[0].scalar_type(), at::kBFloat16);
+    EXPECT_LT(rel(grads[0].to(at::kDouble), ref_grads[0]), 2e-2);
+    if (head_trains) EXPECT_LT(rel(grads[1].to(at::kDouble), ref_grads[1]), 2e-2);
+  }
+}
+
 // token_cross_entropy with ignored labels (prompt tokens, padding) equals the plain
 // shifted loss: zeros where nothing is trained, and the same gradients.
 TEST(ChunkedLoss, TokenCrossEntropyMatchesThePlainShiftedLoss) {

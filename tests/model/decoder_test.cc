@@ -4,6 +4,7 @@
 //
 // Legend: B rows, S sequence length, H hidden, V vocab, E experts, K top-k.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Numerics of the decoder: attention and the MoE block against naive loops and central
 // finite differences (float64), packing, LoRA on experts.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include "lora/lora.h"

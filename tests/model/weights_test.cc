@@ -1,5 +1,6 @@
 // Checkpoint loading (per-expert Hub form and packed form), export, config.json checks.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

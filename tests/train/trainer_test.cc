@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -88,7 +89,7 @@ TEST(Trainer, SavedAdapterReloadsToTheSameLogits) {
   at::NoGradGuard ng;
   at::Tensor want = t.model().logits(t.model().forward(ids, pos, seg).hidden);
   at::Tensor got = fresh.model().logits(fresh.model().forward(ids, pos, seg).hidden);
-  EXPECT_TRUE(at::equal(want, got));
+  EXPECT_TRUE(at::equal(want, got)) << "largest difference " << (want - got).abs().max().item<double>();
 }
 
 }  // namespace

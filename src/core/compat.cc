@@ -1,0 +1,129 @@
+#include "core/compat.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+// 2.x: the public scaled_dot_product_attention (2.0), TCPStoreOptions::useLibUV (2.3),
+// at::_grouped_mm with its autograd formula (2.8).
+#define GLINT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace glint::compat {
+
+std::string torch_version() { return TORCH_VERSION; }
+
+void set_cpu_threads(int threads) {
+  GLINT_ASSERT(threads > 0);
+  at::set_num_threads(threads);
+  // OpenBLAS (pthreads build) keeps a pool of its own; looked up at run time because the
+  // BLAS behind libtorch differs between builds (MKL in pip wheels, OpenBLAS in Debian).
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
+}
+
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, const c10d::TCPStoreOptions& options) {
+#if GLINT_TORCH_AT_LEAST(2, 3)
+  if (options.useLibUV) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const std::exception& e) {
+      // Only a build without libuv fails here for want of it; any other failure (the port
+      // taken, rank 0 unreachable) fails the same way below and is reported from there.
+      if (std::string(e.what()).find("libuv") == std::string::npos) throw;
+    }
+  }
+  c10d::TCPStoreOptions legacy = options;
+  legacy.useLibUV = false;
+  return c10::make_intrusive<c10d::TCPStore>(host, legacy);
+#else
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+#endif
+}
+
+namespace {
+
+// The math every build can run: scores and softmax in float32 (float64 for float64), as
+// transformers' eager attention does.
+at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask) {
+  auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)).to(compute) * (1.0 / std::sqrt(double(q.size(-1))));
+  if (mask.defined()) scores = scores + mask.to(compute);
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  return at::matmul(probs, v);
+}
+
+}  // namespace
+
+bool fused_attention_available(const at::Tensor& q) {
+#if GLINT_TORCH_AT_LEAST(2, 0)
+  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf);
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& mask) {
+  GLINT_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention takes [B, N, S, D] tensors");
+  int64_t rep = q.size(1) / k.size(1);
+  GLINT_ASSERT(rep * k.size(1) == q.size(1), q.size(1), " query heads over ", k.size(1), " kv heads");
+  at::Tensor kk = rep > 1 ? k.repeat_interleave(rep, 1) : k;
+  at::Tensor vv = rep > 1 ? v.repeat_interleave(rep, 1) : v;
+#if GLINT_TORCH_AT_LEAST(2, 0)
+  if (fused_attention_available(q)) {
+    c10::optional<at::Tensor> m;
+    if (mask.defined()) m = mask.to(q.scalar_type());
+    return at::scaled_dot_product_attention(q, kk, vv, m, 0.0, /*is_causal=*/false);
+  }
+#endif
+  return eager_attention(q, kk, vv, mask);
+}
+
+bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w) {
+#if GLINT_TORCH_AT_LEAST(2, 8)
+  // The kernel wants bf16 operands on a GPU of compute capability 9.0+ and 16-byte
+  // aligned rows.
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16 &&
+         x.size(1) % 8 == 0 && w.size(1) % 8 == 0;
+#else
+  (void)x;
+  (void)w;
+  return false;
+#endif
+}
+
+at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& counts) {
+  GLINT_ASSERT(x.dim() == 2 && w.dim() == 3, "grouped_matmul takes x [N, in] and w [E, out, in]");
+  GLINT_ASSERT(int64_t(counts.size()) == w.size(0), counts.size(), " counts for ", w.size(0), " experts");
+  GLINT_ASSERT(x.size(1) == w.size(2), "x has ", x.size(1), " columns, w takes ", w.size(2));
+  GLINT_ASSERT(std::accumulate(counts.begin(), counts.end(), int64_t(0)) == x.size(0));
+#if GLINT_TORCH_AT_LEAST(2, 8)
+  if (grouped_mm_available(x, w)) {
+    std::vector<int32_t> ends(counts.size());
+    int64_t run = 0;
+    for (size_t e = 0; e < counts.size(); ++e) ends[e] = int32_t(run += counts[e]);
+    at::Tensor offs = at::tensor(ends, at::kInt).to(x.device(), /*non_blocking=*/true);
+    return at::_grouped_mm(x, w.transpose(1, 2), offs);
+  }
+#endif
+  // One GEMM per expert. Empty groups multiply too (no work), so that the result stays in
+  // the autograd graph of x and w even when no expert got a token: under expert
+  // parallelism every rank then runs the same backward collectives.
+  std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
+  std::vector<at::Tensor> ws = w.unbind(0);
+  for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::matmul(parts[e], ws[e].t());
+  return at::cat(parts, 0);
+}
+
+}  // namespace glint::compat

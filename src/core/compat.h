@@ -1,0 +1,52 @@
+// The one home of what differs between the libtorch builds glint compiles against:
+// Debian 12's 1.13 (CPU), Debian 13's 2.6 (CPU, no libuv), and a pip PyTorch 2.x
+// (CUDA, NCCL). Code elsewhere calls these and never tests a version itself.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+struct TCPStoreOptions;
+}  // namespace c10d
+
+namespace glint::compat {
+
+// "1.13.0", "2.6.0", ...: the libtorch glint was built against.
+std::string torch_version();
+
+// Threads for CPU kernels: ATen's intra-op pool, and the BLAS's own pool where the BLAS
+// keeps one (OpenBLAS built with pthreads: Debian 13's 0.3.29 otherwise runs its own
+// threads against ATen's and made training 2 to 13 times slower on 2 cores).
+void set_cpu_threads(int threads);
+
+// A TCPStore (the rendezvous). libtorch 2.4+ serves it with libuv by default; builds
+// without libuv (Debian's) take the older server instead of failing.
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, const c10d::TCPStoreOptions& options);
+
+// softmax(q kᵀ / sqrt(D) + mask) v, for q [B, N, S, D] and k, v [B, N_kv, S, D] with N a
+// multiple of N_kv (query head h reads kv head h / (N / N_kv)). `mask`: additive, float,
+// broadcastable to [B, N, S, S]; undefined means none. Softmax runs in float32 (float64
+// for float64 inputs). 2.x: at::scaled_dot_product_attention (flash or cuDNN kernels on
+// CUDA); 1.13 has only the private form, which glint does not use.
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& mask);
+// Whether scaled_dot_product_attention runs a fused kernel (rather than the same math as
+// the eager path) for tensors like `q`.
+bool fused_attention_available(const at::Tensor& q);
+
+// The expert GEMM: x [N, in] holds E groups of rows, counts[e] rows for expert e in
+// expert order (a count may be 0); w [E, out, in]. Returns [N, out], group e multiplied
+// by w[e]ᵀ, with gradients for x and w. On CUDA with bf16 and a libtorch that has
+// at::_grouped_mm, one kernel; elsewhere one GEMM per expert (empty groups included, so
+// that the result stays in x's and w's autograd graph).
+at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& counts);
+// Whether grouped_matmul takes the one-kernel path for these operands.
+bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w);
+
+}  // namespace glint::compat
