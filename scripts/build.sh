@@ -6,7 +6,8 @@
 # share/cmake); the libtorch inside a python3 that imports torch (a pip-installed PyTorch,
 # with its CUDA when it has one); Debian's libtorch-dev (1.13 on Debian 12, 2.6 on 13).
 # GLINT_BUILD_DIR names another build tree; GLINT_REFERENCE_TESTS=OFF leaves out the npm
-# reference tests (scripts/torch2-check.sh builds that way).
+# reference tests (scripts/torch2-check.sh builds that way); GLINT_NO_INSTALL=1 installs
+# nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +40,10 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
+if [ ${#missing[@]} -gt 0 ] && [ "${GLINT_NO_INSTALL:-0}" = 1 ]; then
+  # A machine without a package registry (scripts/gpu-check.sh brings its own headers).
+  echo "not installing (GLINT_NO_INSTALL=1): ${missing[*]}"
+elif [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"

@@ -10,6 +10,8 @@
 #
 #   scripts/torch2-check.sh                 make or reuse the chroot, build, run ctest
 #   scripts/torch2-check.sh -R Mesh         extra arguments go to ctest
+#   scripts/torch2-check.sh --run 'CMD'     build, then run CMD in /src inside the chroot
+#                                           (benchmarks: build-torch2/glint ...)
 #   GLINT_CHROOT=/path                      where the chroot lives (default below)
 #   GLINT_TORCH2_BUILD_ONLY=1               build, run no test
 set -euo pipefail
@@ -77,5 +79,10 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
   bash /src/scripts/build.sh
 
 if [ "${GLINT_TORCH2_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
+if [ "${1:-}" = --run ]; then
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    bash -c 'cd /src && eval "$1"' run "${2:?--run needs a command}"
+  exit
+fi
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
   bash -c 'cd /src/build-torch2 && exec ctest -j2 --output-on-failure "$@"' ctest "$@"

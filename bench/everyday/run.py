@@ -29,6 +29,9 @@ VARIANTS = {
     "b32_pack": ["--batch-size", "32", "--pack"],
     "b32_mb8": ["--batch-size", "32", "--micro-batch-size", "8"],
     "b32_mb4": ["--batch-size", "32", "--micro-batch-size", "4"],
+    # bf16 mixed precision against float32 at the same micro-batch
+    "b32_mb8_bf16": ["--batch-size", "32", "--micro-batch-size", "8", "--dtype", "bfloat16"],
+    "b32_mb8_f32": ["--batch-size", "32", "--micro-batch-size", "8", "--dtype", "float32"],
     # two short chats at --seq-len 1024
     "two_chats_seq1024": ["--batch-size", "2", "--seq-len", "1024", "--data", "@two"],
 }

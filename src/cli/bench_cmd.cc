@@ -20,6 +20,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "io/checkpoint.h"
@@ -125,7 +126,8 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
                  {"hidden", c.hidden_size}, {"experts", c.num_experts}, {"top_k", c.num_experts_per_tok},
                  {"moe_intermediate", c.moe_intermediate_size}, {"vocab", c.vocab_size}}},
       {"batch_size", B}, {"micro_batch_size", mbs}, {"seq_len", S},
-      {"threads", at::get_num_threads()}, {"dtype", opt.dtype}, {"device", opt.device},
+      {"threads", at::get_num_threads()}, {"dtype", dtype_name(trainer.model().placement.dtype)},
+      {"device", trainer.model().placement.device.str()},
       {"steps_timed", opt.steps},
       {"step_s", step_s},
       {"tokens_per_s", double(total.tokens) / total.seconds},

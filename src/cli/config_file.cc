@@ -65,13 +65,8 @@ std::string toml_literal(const std::vector<std::string>& values) {
 // as strictly as the command line, but the message can name the file and the key.
 std::string unmet_expectation(const CLI::Option& opt, const std::string& value) {
   if (opt.get_expected_max() == 0) {  // a flag: true/false, on/off, yes/no, 1/0
-    try {
-      CLI::detail::to_flag_value(value);
-    } catch (const std::invalid_argument&) {
-      return "true or false";
-    } catch (const std::out_of_range&) {  // a huge number: CLI11 takes its sign
-    }
-    return "";
+    bool v;
+    return CLI::detail::lexical_cast(value, v) ? "" : "true or false";
   }
   std::string type = opt.get_type_name();
   type = type.substr(0, type.find(':'));  // "INT:POSITIVE": validators follow the type

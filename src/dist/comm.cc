@@ -64,9 +64,15 @@ class GlooComm : public Comm {
       so.timeout = timeout;
       store_ = compat::make_tcp_store(w.master_addr, so);
     } catch (const std::exception& e) {
+      // libtorch 2.x's store waits for the other ranks itself (1.13 waits in the group).
+      std::string what = e.what();
+      if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos)
+        fail("rank ", w.rank, ": the other ranks did not join the rendezvous at ", w.master_addr, ":", w.master_port,
+             " within ", timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
+             "same WORLD_SIZE? ", first_line(what));
       fail("rank ", w.rank, ": rendezvous at ", w.master_addr, ":", w.master_port,
            " failed (", w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?",
-           "): ", first_line(e.what()));
+           "): ", first_line(what));
     }
     pg_ = make_group(store_, w.rank, w.world_size, host_, w.rank);
   }
@@ -104,7 +110,7 @@ class GlooComm : public Comm {
   }
 
   at::Tensor all_gather(const at::Tensor& t) override {
-    if (!gloo_carries(t)) return all_gather(as_bits(t)).view(t.scalar_type());
+    if (!gloo_carries(t)) return from_bytes(all_gather(as_bytes(t)), t);
     at::Tensor in = t.contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] *= size_;
@@ -139,7 +145,7 @@ class GlooComm : public Comm {
 
   void broadcast(at::Tensor& t, int root) override {
     GLINT_ASSERT(t.is_contiguous());
-    std::vector<at::Tensor> v{gloo_carries(t) ? t : as_bits(t)};  // a view: t receives
+    std::vector<at::Tensor> v{gloo_carries(t) ? t : as_bytes(t)};  // a view: t receives
     c10d::BroadcastOptions o;
     o.rootRank = root;
     run("broadcast", [&] { return pg_->broadcast(v, o); });
@@ -148,8 +154,8 @@ class GlooComm : public Comm {
 
   at::Tensor gather(const at::Tensor& t, int root) override {
     if (!gloo_carries(t)) {
-      at::Tensor out = gather(as_bits(t), root);
-      return out.defined() ? out.view(t.scalar_type()) : out;
+      at::Tensor out = gather(as_bytes(t), root);
+      return out.defined() ? from_bytes(out, t) : out;
     }
     at::Tensor in = t.contiguous();
     std::vector<at::Tensor> ins{in};
@@ -175,12 +181,23 @@ class GlooComm : public Comm {
  private:
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-  // Gloo (1.13's at least) has no bf16 or float16: such data moves as its raw 16-bit
-  // patterns and is summed in float32.
+  // Gloo (1.13's at least) has no bf16: 16-bit floats move as raw bytes and are summed
+  // in float32.
   static bool gloo_carries(const at::Tensor& t) {
     return t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf;
   }
-  static at::Tensor as_bits(const at::Tensor& t) { return t.contiguous().view(at::kShort); }
+  // The bytes of t's rows, [rows, bytes per row] (a view when t is contiguous), and back
+  // to `like`'s dtype and trailing shape. (Gloo has no int16 either: bytes it is.)
+  static at::Tensor as_bytes(const at::Tensor& t) {
+    const int64_t rows = t.dim() ? t.size(0) : 1, row = rows ? t.numel() / rows : 0;
+    return t.contiguous().reshape({rows, row}).view(at::kByte);
+  }
+  static at::Tensor from_bytes(const at::Tensor& bytes, const at::Tensor& like) {
+    std::vector<int64_t> shape = like.sizes().vec();
+    if (shape.empty()) return bytes.view(like.scalar_type()).reshape({});
+    shape[0] = bytes.size(0);
+    return bytes.view(like.scalar_type()).reshape(shape);
+  }
 
   static c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                int rank, int size, const std::string& addr,
@@ -207,7 +224,7 @@ class GlooComm : public Comm {
 
   at::Tensor exchange(const at::Tensor& in, const std::vector<int64_t>& send,
                       const std::vector<int64_t>& recv, const char* op) {
-    if (!gloo_carries(in)) return exchange(as_bits(in), send, recv, op).view(in.scalar_type());
+    if (!gloo_carries(in)) return from_bytes(exchange(as_bytes(in), send, recv, op), in);
     GLINT_ASSERT(int(send.size()) == size_ && int(recv.size()) == size_);
     GLINT_ASSERT(std::accumulate(send.begin(), send.end(), int64_t(0)) == in.size(0));
     std::vector<int64_t> shape = in.sizes().vec();

@@ -45,6 +45,7 @@ struct Variant {
   // Relative agreement with the 1-rank run: losses, gradient norms and final weights;
   // each step's gradients (norm of the difference over the norm).
   double tol = 1e-9, grad_tol = 1e-9;
+  double weight_tol = -1;  // the trained weights; -1: tol
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
 
@@ -87,6 +88,8 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   for (int s = 0; s < 3; ++s) EXPECT_GE(base[s]["idle_experts"].get<int>(), 1) << "step " << s;
   const double tol = GetParam().tol, grad_tol = GetParam().grad_tol;
   const bool exact = GetParam().dtype == "float64";
+  const bool per_tensor = GetParam().dtype != "bfloat16";
+  const double weight_tol = GetParam().weight_tol > 0 ? GetParam().weight_tol : tol;
   double worst_metric = 0, worst_grad = 0, worst_weight = 0;  // printed: the measured gaps
   int index = 0;
   for (const auto& [w, flags] : GetParam().runs) {
@@ -109,20 +112,29 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
             << k << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
       }
     }
-    // Every gradient of every step, gathered to full tensors (rank 0 writes them).
+    // Every gradient of every step, gathered to full tensors (rank 0 writes them). In
+    // float64 and float32 each tensor agrees; in bf16 the set of them does (a small
+    // tensor's own relative error is then dominated by rounding).
     for (int s = 1; s <= 3; ++s) {
       std::string f = "/grads/step_" + std::to_string(s) + ".safetensors";
       glint::SafetensorsFile want(base_dir + f), got(run_dir + f);
       ASSERT_EQ(got.keys(), want.keys()) << f;
       ASSERT_FALSE(want.keys().empty());
+      double diff2 = 0, norm2 = 0;
       for (const auto& k : want.keys()) {
-        at::Tensor a = want.read(k), b = got.read(k);
+        at::Tensor a = want.read(k).to(at::kDouble), b = got.read(k).to(at::kDouble);
         ASSERT_EQ(a.sizes(), b.sizes()) << k;
-        a = a.to(at::kDouble), b = b.to(at::kDouble);
+        diff2 += (a - b).pow(2).sum().item<double>();
+        norm2 += a.pow(2).sum().item<double>();
+        if (!per_tensor) continue;
         double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
         worst_grad = std::max(worst_grad, err);
         EXPECT_LT(err, grad_tol) << "gradient " << k << " step " << s;
       }
+      if (per_tensor) continue;
+      double err = std::sqrt(diff2 / std::max(1e-24, norm2));
+      worst_grad = std::max(worst_grad, err);
+      EXPECT_LT(err, grad_tol) << "gradients of step " << s;
     }
     // FSDP and EP: each rank holds a smaller share of the weights (and optimizer state);
     // replicated placements hold the same amount everywhere.
@@ -135,12 +147,20 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
     EXPECT_GT(base[0]["grad_norm"].get<double>(), 0.5);
     glint::SafetensorsFile got(run_dir + weights);
     ASSERT_EQ(got.keys(), base_w.keys());
+    double diff2 = 0, norm2 = 0;
     for (const auto& k : base_w.keys()) {
       at::Tensor a = base_w.read(k).to(at::kDouble), b = got.read(k).to(at::kDouble);
+      diff2 += (a - b).pow(2).sum().item<double>();
+      norm2 += a.pow(2).sum().item<double>();
+      if (!per_tensor) continue;
       // Relative error of the tensor: ||a - b|| / ||a||.
       double err = (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
       worst_weight = std::max(worst_weight, err);
-      EXPECT_LT(err, tol) << k;
+      EXPECT_LT(err, weight_tol) << k;
+    }
+    if (!per_tensor) {
+      worst_weight = std::sqrt(diff2 / std::max(1e-24, norm2));
+      EXPECT_LT(worst_weight, weight_tol) << "trained weights";
     }
     std::printf("W=%d %s %s: largest relative differences: metrics %.2e, gradients %.2e, weights %.2e\n", w,
                 flags.c_str(), GetParam().dtype.c_str(), worst_metric, worst_grad, worst_weight);
@@ -167,12 +187,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{true, on_2_and_4("--fsdp --activation-checkpointing"), "FullFsdpCheckpointing"},
                       Variant{false, kEpMeshes, "LoraEpFsdp"}, Variant{true, kEpMeshes, "FullEpFsdp"},
                       Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"},
-                      // EP x FSDP on 4 ranks in float32 and in bf16 (bf16 tolerances: see
-                      // docs/BENCHMARKS.md's mixed-precision section for the measured gaps).
+                      // EP x FSDP on 4 ranks in float32 and in bf16. bf16's bars, relative:
+                      // losses and norms 1e-2, each step's gradients as a set 5e-2, the
+                      // trained weights as a set 3e-2 (measured: 1.5e-3, 3.2e-2, 1.3e-2).
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
-                      Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 2e-2, 1e-1},
-                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 2e-2, 1e-1}),
+                      Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
+                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

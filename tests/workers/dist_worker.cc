@@ -29,21 +29,25 @@ void expect_equal(const std::string& what, const at::Tensor& got, const at::Tens
   check(got.sizes() == want.sizes() && at::equal(got, want), what, got, want);
 }
 
-int comm_case(glint::Comm& c) {
+// Every collective in `dt` (float32, and bf16, which Gloo moves as bytes and sums in
+// float32); the values are small integers, exact in both.
+void comm_case_in(glint::Comm& c, at::ScalarType dt) {
   const int r = c.rank(), W = c.size();
+  const std::string in = std::string(" (") + c10::toString(dt) + ")";
+  auto T = [dt](const at::Tensor& t) { return t.to(dt); };
   // all_reduce: sum over ranks of (r + 1) * [1, 2] = W(W+1)/2 * [1, 2].
-  at::Tensor t = at::tensor({1.0f, 2.0f}) * float(r + 1);
+  at::Tensor t = T(at::tensor({1.0f, 2.0f}) * float(r + 1));
   c.all_reduce_sum(t);
   float tri = W * (W + 1) / 2.0f;
-  expect_equal("all_reduce", t, at::tensor({tri, 2 * tri}));
+  expect_equal("all_reduce" + in, t, T(at::tensor({tri, 2 * tri})));
   // all_gather: rank i contributes a [2, 3] block filled with i.
-  at::Tensor g = c.all_gather(at::full({2, 3}, float(r)));
+  at::Tensor g = c.all_gather(T(at::full({2, 3}, float(r))));
   at::Tensor want_g = at::empty({2 * W, 3});
   for (int i = 0; i < W; ++i) want_g.narrow(0, 2 * i, 2).fill_(float(i));
-  expect_equal("all_gather", g, want_g);
+  expect_equal("all_gather" + in, g, T(want_g));
   // reduce_scatter: every rank holds arange(2W) * (r + 1); rank r gets its chunk times tri.
-  at::Tensor rs = c.reduce_scatter_sum(at::arange(2 * W, at::kFloat) * float(r + 1));
-  expect_equal("reduce_scatter", rs, at::tensor({2.0f * r, 2.0f * r + 1}) * tri);
+  at::Tensor rs = c.reduce_scatter_sum(T(at::arange(2 * W, at::kFloat) * float(r + 1)));
+  expect_equal("reduce_scatter" + in, rs, T(at::tensor({2.0f * r, 2.0f * r + 1}) * tri));
   // Uneven all_to_all: rank i sends (i + j) % 3 rows to rank j; each row is
   // [i, j, k] (source, destination, index within the message).
   std::vector<int64_t> send(W), recv(W);
@@ -53,36 +57,43 @@ int comm_case(glint::Comm& c) {
   for (int j = 0; j < W; ++j)
     for (int k = 0; k < send[j]; ++k) rows.insert(rows.end(), {float(r), float(j), float(k)});
   int64_t n_send = std::accumulate(send.begin(), send.end(), int64_t(0));
-  at::Tensor src = at::tensor(rows).view({n_send, 3});
+  at::Tensor src = T(at::tensor(rows).view({n_send, 3}));
+  const uint64_t before = c.bytes_sent().count("all_to_all") ? c.bytes_sent().at("all_to_all") : 0;
   at::Tensor got = c.all_to_all(src, send, recv);
   std::vector<float> want_rows;
   for (int i = 0; i < W; ++i)
     for (int k = 0; k < recv[i]; ++k) want_rows.insert(want_rows.end(), {float(i), float(r), float(k)});
   int64_t n_recv = std::accumulate(recv.begin(), recv.end(), int64_t(0));
-  expect_equal("all_to_all", got, at::tensor(want_rows).view({n_recv, 3}));
+  expect_equal("all_to_all" + in, got, T(at::tensor(want_rows).view({n_recv, 3})));
   uint64_t want_bytes = 0;
   for (int j = 0; j < W; ++j)
-    if (j != r) want_bytes += send[j] * 3 * 4;
-  if (c.bytes_sent().at("all_to_all") != want_bytes) {
+    if (j != r) want_bytes += send[j] * 3 * c10::elementSize(dt);
+  if (c.bytes_sent().at("all_to_all") - before != want_bytes) {
     ++failures;
-    std::cout << "MISMATCH all_to_all bytes " << c.bytes_sent().at("all_to_all") << " vs " << want_bytes << "\n";
+    std::cout << "MISMATCH all_to_all bytes" << in << " " << c.bytes_sent().at("all_to_all") - before << " vs "
+              << want_bytes << "\n";
   }
   // broadcast from the last rank.
-  at::Tensor b = at::full({4}, float(r));
+  at::Tensor b = T(at::full({4}, float(r)));
   c.broadcast(b, W - 1);
-  expect_equal("broadcast", b, at::full({4}, float(W - 1)));
+  expect_equal("broadcast" + in, b, T(at::full({4}, float(W - 1))));
   // gather to rank 0: rank i sends [i, 10 i].
-  at::Tensor ga = c.gather(at::tensor({float(r), 10.0f * r}).view({1, 2}), 0);
+  at::Tensor ga = c.gather(T(at::tensor({float(r), 10.0f * r}).view({1, 2})), 0);
   if (r == 0) {
     at::Tensor want = at::empty({W, 2});
     for (int i = 0; i < W; ++i) {
       want[i][0] = float(i);
       want[i][1] = 10.0f * i;
     }
-    expect_equal("gather", ga, want);
+    expect_equal("gather" + in, ga, T(want));
   }
+}
+
+int comm_case(glint::Comm& c) {
+  comm_case_in(c, at::kFloat);
+  comm_case_in(c, at::kBFloat16);
   c.barrier();
-  std::cout << "comm ok on rank " << r << " of " << W << std::endl;
+  std::cout << "comm ok on rank " << c.rank() << " of " << c.size() << std::endl;
   return failures ? 1 : 0;
 }
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One command on a machine with a CUDA PyTorch: builds glint against that PyTorch's
+# libtorch, runs the test suite, trains on the GPU (bench train, float32 and bf16), and
+# writes one report: DIR/report.json and DIR/report.md (a table for docs/BENCHMARKS.md).
+#
+#   scripts/gpu-check.sh [--out DIR] [--tests REGEX] [--dry-run]
+#
+# The machine needs python3 with torch, CMake and ninja. The other build dependencies
+# (nlohmann-json, CLI11, GoogleTest, PCRE2, ICU, pkg-config) come from the system when it
+# has them, else from .gpu-deps/*.deb (scripts/gpu-deps.sh downloads them on a machine
+# with apt), unpacked under /tmp/glint-deps. --dry-run takes the same steps where no GPU
+# is present (the device becomes the CPU): it checks the script, not the GPU.
+#
+# The test suite's numerics run on the CPU in every build; the GPU is exercised by the
+# training runs below. GLINT_TEST_DEVICE=cuda is exported for the tests that read it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=/tmp/glint-gpu-check
+tests=""
+dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --tests) tests=$2; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "gpu-check: unknown argument $1 (see the head of $0)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+log() { echo "gpu-check: $*" | tee -a "$out/steps.log"; }
+
+python3 - >"$out/machine.json" <<'PY' || { echo "gpu-check: python3 cannot import torch" >&2; exit 2; }
+import json, os, platform, torch
+info = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu_cores": os.cpu_count(), "python": platform.python_version()}
+print(json.dumps(info))
+PY
+gpus=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gpus"])' "$out/machine.json")
+if [ "$gpus" = 0 ] && [ "$dry" = 0 ]; then
+  echo "gpu-check: torch sees no GPU here; --dry-run runs the steps on the CPU" >&2
+  exit 2
+fi
+device=cuda
+[ "$gpus" != 0 ] || device=cpu
+log "machine: $(cat "$out/machine.json")"
+
+# Build dependencies the image may lack, from downloaded .debs.
+if [ -d .gpu-deps ] && ls .gpu-deps/*.deb >/dev/null 2>&1; then
+  prefix=/tmp/glint-deps
+  mkdir -p "$prefix"
+  for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$prefix"; done
+  multiarch=$prefix/usr/lib/x86_64-linux-gnu
+  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$prefix/usr/bin:$PATH"
+  # pkg-config files say prefix=/usr: the sysroot puts them under $prefix.
+  export PKG_CONFIG_PATH="$multiarch/pkgconfig:$prefix/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$prefix"
+  log "build dependencies from .gpu-deps unpacked in $prefix"
+fi
+
+start=$(date +%s)
+GLINT_NO_INSTALL=1 GLINT_BUILD_DIR=build-gpu GLINT_REFERENCE_TESTS=OFF \
+  GLINT_BUILD_JOBS="${GLINT_BUILD_JOBS:-$(nproc)}" ./scripts/build.sh >"$out/build.log" 2>&1 || {
+  log "build failed; the end of build.log:"
+  tail -40 "$out/build.log"
+  exit 1
+}
+build_s=$(( $(date +%s) - start ))
+log "built in ${build_s} s: $(./build-gpu/glint --version)"
+
+start=$(date +%s)
+set +e
+(cd build-gpu && GLINT_TEST_DEVICE=$device ctest -j"$(nproc)" --output-on-failure ${tests:+-R "$tests"}) \
+  >"$out/ctest.log" 2>&1
+ctest_rc=$?
+set -e
+tests_s=$(( $(date +%s) - start ))
+summary=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
+log "tests (${tests_s} s): ${summary:-no summary, see ctest.log}"
+
+# Training on the device: the built-in bench model in float32 and in bf16.
+: >"$out/bench.jsonl"
+for dtype in float32 bfloat16; do
+  if ./build-gpu/glint bench train --device "$device" --dtype "$dtype" >"$out/bench-$dtype.log" 2>&1; then
+    grep '^{' "$out/bench-$dtype.log" | tail -1 >>"$out/bench.jsonl" || true
+    log "bench train $dtype on $device: $(tail -1 "$out/bench.jsonl")"
+  else
+    log "bench train $dtype on $device failed; the end of its log:"
+    tail -20 "$out/bench-$dtype.log" | tee -a "$out/steps.log"
+  fi
+done
+
+python3 - "$out" "$ctest_rc" "$build_s" "$tests_s" "$summary" <<'PY'
+import json, sys
+out, rc, build_s, tests_s, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+machine = json.load(open(out + "/machine.json"))
+bench = [json.loads(l) for l in open(out + "/bench.jsonl") if l.strip()]
+report = {"machine": machine, "build_s": build_s, "tests": {"exit": rc, "summary": summary, "seconds": tests_s},
+          "bench_train": bench}
+json.dump(report, open(out + "/report.json", "w"), indent=1)
+lines = [f"Machine: {machine['gpu'] or 'no GPU (dry run)'}, torch {machine['torch']} (CUDA {machine['cuda']}), "
+         f"{machine['cpu_cores']} cores. Build {build_s} s; tests: {summary} ({tests_s} s).", "",
+         "| run | dtype | tokens/s | peak memory (MB) |", "|---|---|---|---|"]
+for b in bench:
+    mem = b.get("peak_gpu_mb", b.get("peak_rss_mb", ""))
+    lines.append(f"| bench train | {b.get('dtype', '')} | {b.get('tokens_per_s', '')} | {mem} |")
+open(out + "/report.md", "w").write("\n".join(lines) + "\n")
+print(json.dumps(report))
+print("\n".join(lines))
+PY
+exit $ctest_rc

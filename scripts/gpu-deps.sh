@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Downloads (does not install) the Debian packages whose headers and libraries glint's
+# build needs beyond PyTorch, CMake and ninja, into .gpu-deps/ at the repository root, for
+# a GPU machine that reaches no package registry: scripts/gpu-check.sh unpacks them there.
+# Run it where apt works (a developer's Debian 12 machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .gpu-deps
+grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude
+apt-get update -qq
+cd .gpu-deps
+apt-get download -qq nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 \
+  libicu-dev libicu72 libgoogle-perftools-dev libtcmalloc-minimal4 ccache
+ls -1 "$PWD"
