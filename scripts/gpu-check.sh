@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command on a machine with a CUDA PyTorch: builds glint against that PyTorch's
-# libtorch, runs the test suite, trains on the GPU (bench train, float32 and bf16), and
-# writes one report: DIR/report.json and DIR/report.md (a table for docs/BENCHMARKS.md).
+# libtorch, runs the test suite, trains on the GPU (bench train, float32 and bf16), runs
+# the peer benchmark against transformers + PEFT (bench/peer/run.py), writes the golden
+# fixtures (tests/golden/make_golden.py, into DIR/golden: copy them to tests/golden and
+# commit), and writes one report: DIR/report.json and DIR/report.md (for docs/BENCHMARKS.md).
 #
 #   scripts/gpu-check.sh [--out DIR] [--tests REGEX] [--dry-run]
 #
@@ -11,8 +13,10 @@
 # with apt), unpacked under /tmp/glint-deps. --dry-run takes the same steps where no GPU
 # is present (the device becomes the CPU): it checks the script, not the GPU.
 #
-# The test suite's numerics run on the CPU in every build; the GPU is exercised by the
-# training runs below. GLINT_TEST_DEVICE=cuda is exported for the tests that read it.
+# With GLINT_TEST_DEVICE=cuda the device tests (tests/train/device_test.cc) train on the
+# GPU in float32 and bf16 against the CPU's float64 run; the other numerics tests run on
+# the CPU in every build. The GPU is also exercised by the training runs, the peer
+# benchmark and the golden fixtures below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/glint-gpu-check
@@ -94,13 +98,32 @@ for dtype in float32 bfloat16; do
   fi
 done
 
+# The peer benchmark and the golden fixtures (they need transformers and peft).
+peer_flags=(--glint ./build-gpu/glint --layers "${GLINT_PEER_LAYERS:-4}" --work "$out/peer-work")
+[ "$device" = cuda ] || peer_flags+=(--dry-run)
+if python3 bench/peer/run.py "${peer_flags[@]}" >"$out/peer.log" 2>&1; then
+  grep '^{' "$out/peer.log" >"$out/peer.jsonl" || true
+  log "peer benchmark: $(tr '\n' ' ' <"$out/peer.jsonl")"
+else
+  : >"$out/peer.jsonl"
+  log "peer benchmark failed; the end of peer.log:"
+  tail -20 "$out/peer.log" | tee -a "$out/steps.log"
+fi
+if python3 tests/golden/make_golden.py --out "$out/golden" >"$out/golden.log" 2>&1; then
+  log "golden fixtures: $(tr '\n' ' ' <"$out/golden.log")"
+else
+  log "golden fixtures failed; the end of golden.log:"
+  tail -20 "$out/golden.log" | tee -a "$out/steps.log"
+fi
+
 python3 - "$out" "$ctest_rc" "$build_s" "$tests_s" "$summary" <<'PY'
 import json, sys
 out, rc, build_s, tests_s, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 machine = json.load(open(out + "/machine.json"))
 bench = [json.loads(l) for l in open(out + "/bench.jsonl") if l.strip()]
+peer = [json.loads(l) for l in open(out + "/peer.jsonl") if l.strip()]
 report = {"machine": machine, "build_s": build_s, "tests": {"exit": rc, "summary": summary, "seconds": tests_s},
-          "bench_train": bench}
+          "bench_train": bench, "peer": peer}
 json.dump(report, open(out + "/report.json", "w"), indent=1)
 lines = [f"Machine: {machine['gpu'] or 'no GPU (dry run)'}, torch {machine['torch']} (CUDA {machine['cuda']}), "
          f"{machine['cpu_cores']} cores. Build {build_s} s; tests: {summary} ({tests_s} s).", "",
@@ -108,6 +131,10 @@ lines = [f"Machine: {machine['gpu'] or 'no GPU (dry run)'}, torch {machine['torc
 for b in bench:
     mem = b.get("peak_gpu_mb", b.get("peak_rss_mb", ""))
     lines.append(f"| bench train | {b.get('dtype', '')} | {b.get('tokens_per_s', '')} | {mem} |")
+lines += ["", "| peer benchmark | tokens/s | peak GPU MB | LoRA-MFU |", "|---|---|---|---|"]
+for p in peer:
+    mfu = f"{100 * p['lora_mfu']:.1f}%" if "lora_mfu" in p else "-"
+    lines.append(f"| {p['trainer']} | {p.get('tokens_per_s', 'failed')} | {p.get('peak_gpu_mb', '-')} | {mfu} |")
 open(out + "/report.md", "w").write("\n".join(lines) + "\n")
 print(json.dumps(report))
 print("\n".join(lines))

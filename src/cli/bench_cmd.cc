@@ -184,6 +184,7 @@ int run_bench_load(TrainOptions opt) {
                         {"fsdp", opt.fsdp},
                         {"ep", opt.ep},
                         {"mode", opt.full ? "full" : "lora"},
+                        {"dtype", dtype_name(trainer.model().placement.dtype)},
                         {"model_mb", double(model_bytes) / (1 << 20)},
                         {"model_mb_per_rank", double(model_bytes) / (1 << 20) / comm->size()},
                         {"max_peak_rss_load_mb", max_load},
@@ -344,6 +345,7 @@ Action add_bench(CLI::App& app) {
   load->add_option("--ep", load_opt->ep, "expert parallelism over N ranks")->capture_default_str();
   load->add_option("--batch-size", load_opt->batch_size, "sequences in the training step")->capture_default_str();
   load->add_option("--threads", load_opt->threads, "intra-op threads per rank (0: all cores)")->capture_default_str();
+  load->add_option("--dtype", load_opt->dtype, "weights and compute: auto, float32, bfloat16")->capture_default_str();
   // bench ep: the orchestrator, and the per-rank program it launches.
   auto ep_opt = std::make_shared<TrainOptions>();
   ep_opt->full = true;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
@@ -122,7 +123,8 @@ Action add_train(CLI::App& app) {
       preset("--log-every", &opts->log_every, int64_t(100));
     }
     opts->validate();  // flags first: nothing is read before they make sense
-    auto comm = Comm::create(World::from_env());
+    const World world = World::from_env();
+    auto comm = Comm::create(world, resolve_device(opts->device, world.local_rank, "--device"));
     const bool lead = comm->rank() == 0;
     // Rank 0 picks the run directory (by default a new one under runs/) and checks that it
     // may write there; every rank learns both, so a refusal ends them all before any work.

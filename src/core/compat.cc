@@ -7,6 +7,10 @@
 
 #include <dlfcn.h>
 
+#ifdef GLINT_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <cmath>
 #include <numeric>
 
@@ -124,6 +128,29 @@ at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::v
   std::vector<at::Tensor> ws = w.unbind(0);
   for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::matmul(parts[e], ws[e].t());
   return at::cat(parts, 0);
+}
+
+DeviceMemory device_memory(const c10::Device& device) {
+  DeviceMemory m;
+#ifdef GLINT_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    m.peak_allocated_mb = double(stats.allocated_bytes[0].peak) / (1 << 20);  // [0]: all pools
+    m.device_allocs = stats.num_device_alloc;
+    m.device_frees = stats.num_device_free;
+  }
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+void reset_device_memory_peak(const c10::Device& device) {
+#ifdef GLINT_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
 }
 
 }  // namespace glint::compat

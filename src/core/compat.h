@@ -49,4 +49,14 @@ at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::v
 // Whether grouped_matmul takes the one-kernel path for these operands.
 bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w);
 
+// The device's caching-allocator statistics since the last reset (a CUDA build on a GPU;
+// elsewhere all -1): peak bytes held by tensors, and how many times the allocator had
+// to ask the driver for memory or give it back (a steady step asks for none).
+struct DeviceMemory {
+  double peak_allocated_mb = -1;
+  int64_t device_allocs = -1, device_frees = -1;
+};
+DeviceMemory device_memory(const c10::Device& device);
+void reset_device_memory_peak(const c10::Device& device);
+
 }  // namespace glint::compat

@@ -4,6 +4,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <algorithm>
 #include <numeric>
@@ -48,32 +52,37 @@ class SoloComm : public Comm {
   }
 };
 
+// The TCPStore every group of the job meets through (rank 0 hosts it).
+c10::intrusive_ptr<c10d::Store> rendezvous(const World& w) {
+  auto timeout = dist_timeout();
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = uint16_t(w.master_port);
+    so.isServer = w.rank == 0;
+    so.numWorkers = w.world_size;
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    return compat::make_tcp_store(w.master_addr, so);
+  } catch (const std::exception& e) {
+    // libtorch 2.x's store waits for the other ranks itself (1.13 waits in the group).
+    std::string what = e.what();
+    std::string first = what.substr(0, what.find('\n'));
+    if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos)
+      fail("rank ", w.rank, ": the other ranks did not join the rendezvous at ", w.master_addr, ":", w.master_port,
+           " within ", timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
+           "same WORLD_SIZE? ", first);
+    fail("rank ", w.rank, ": rendezvous at ", w.master_addr, ":", w.master_port, " failed (",
+         w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?", "): ", first);
+  }
+}
+
 // Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all, AVG and
 // 16-bit floats; each is built from what it has (see DESIGN.md §1), which every later
 // Gloo has too, so one implementation serves all builds.
 class GlooComm : public Comm {
  public:
   GlooComm(const World& w) : rank_(w.rank), size_(w.world_size), host_(w.master_addr) {
-    auto timeout = dist_timeout();
-    try {
-      c10d::TCPStoreOptions so;
-      so.port = uint16_t(w.master_port);
-      so.isServer = w.rank == 0;
-      so.numWorkers = w.world_size;
-      so.waitWorkers = true;
-      so.timeout = timeout;
-      store_ = compat::make_tcp_store(w.master_addr, so);
-    } catch (const std::exception& e) {
-      // libtorch 2.x's store waits for the other ranks itself (1.13 waits in the group).
-      std::string what = e.what();
-      if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos)
-        fail("rank ", w.rank, ": the other ranks did not join the rendezvous at ", w.master_addr, ":", w.master_port,
-             " within ", timeout.count() / 1000, " s (GLINT_DIST_TIMEOUT_SECONDS); did every rank start, with the "
-             "same WORLD_SIZE? ", first_line(what));
-      fail("rank ", w.rank, ": rendezvous at ", w.master_addr, ":", w.master_port,
-           " failed (", w.rank == 0 ? "is the port taken?" : "is rank 0 up and the address reachable?",
-           "): ", first_line(what));
-    }
+    store_ = rendezvous(w);
     pg_ = make_group(store_, w.rank, w.world_size, host_, w.rank);
   }
 
@@ -258,10 +267,142 @@ class GlooComm : public Comm {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
+#ifdef USE_C10D_NCCL
+// NCCL (a CUDA build): every collective is native. Tensors given on the CPU (step
+// counters, text) travel through the device and come back. Sums of 16-bit floats run in
+// float32, as on Gloo.
+class NcclComm : public Comm {
+ public:
+  NcclComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, c10::Device device, int world_rank)
+      : rank_(rank), size_(size), device_(device), store_(std::move(store)) {
+    try {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = dist_timeout();
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, size, opts);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      fail("rank ", world_rank, ": cannot form an NCCL group of ", size, " ranks on ", device_.str(), ": ",
+           what.substr(0, what.find('\n')));
+    }
+  }
+
+  std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    GLINT_ASSERT(it != ranks.end(), "rank ", rank_, " is not in subgroup ", tag);
+    std::string prefix = "group/" + tag + "/";
+    for (int r : ranks) prefix += std::to_string(r) + ",";
+    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+    return std::make_shared<NcclComm>(store, int(it - ranks.begin()), int(ranks.size()), device_, rank_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(at::Tensor& t) override {
+    GLINT_ASSERT(t.is_contiguous());
+    at::Tensor d = wide(on_device(t));
+    std::vector<at::Tensor> v{d};
+    run("all_reduce", [&] { return pg_->allreduce(v); });
+    if (!d.is_same(t)) t.copy_(d);
+    count("all_reduce", 2 * nbytes(d) * (size_ - 1) / size_);
+  }
+
+  at::Tensor all_gather(const at::Tensor& t) override {
+    at::Tensor in = on_device(t).contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] *= size_;
+    at::Tensor out = at::empty(shape, in.options());
+    run("all_gather", [&] { return pg_->_allgather_base(out, in); });
+    count("all_gather", nbytes(in) * (size_ - 1));
+    return out.to(t.device());
+  }
+
+  at::Tensor reduce_scatter_sum(const at::Tensor& t) override {
+    GLINT_CHECK(t.size(0) % size_ == 0, "rank ", rank_, ": reduce_scatter of ", t.size(0), " rows over ", size_,
+                " ranks");
+    at::Tensor in = wide(on_device(t)).contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] /= size_;
+    at::Tensor out = at::empty(shape, in.options());
+    run("reduce_scatter", [&] { return pg_->_reduce_scatter_base(out, in); });
+    count("reduce_scatter", nbytes(in) * (size_ - 1) / size_);
+    return out.to(t.device(), t.scalar_type());
+  }
+
+  at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send,
+                        const std::vector<int64_t>& recv) override {
+    GLINT_ASSERT(int(send.size()) == size_ && int(recv.size()) == size_);
+    at::Tensor in = on_device(t).contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t(0));
+    at::Tensor out = at::empty(shape, in.options());
+    std::vector<int64_t> out_splits = recv, in_splits = send;  // copies: the call may consume them
+    run("all_to_all", [&] { return pg_->alltoall_base(out, in, out_splits, in_splits); });
+    int64_t row = in.size(0) ? in.numel() / in.size(0) : 0;
+    uint64_t sent = 0;
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) sent += uint64_t(send[j] * row) * in.element_size();
+    count("all_to_all", sent);
+    return out.to(t.device());
+  }
+
+  void broadcast(at::Tensor& t, int root) override {
+    GLINT_ASSERT(t.is_contiguous());
+    at::Tensor d = on_device(t);
+    std::vector<at::Tensor> v{d};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    run("broadcast", [&] { return pg_->broadcast(v, o); });
+    if (!d.is_same(t)) t.copy_(d);
+    if (rank_ == root) count("broadcast", nbytes(t) * (size_ - 1));
+  }
+
+  at::Tensor gather(const at::Tensor& t, int root) override {
+    // An all-gather that only the root keeps: NCCL has no gather of its own.
+    at::Tensor all = all_gather(t);
+    return rank_ == root ? all : at::Tensor();
+  }
+
+  void barrier() override {
+    run("barrier", [&] { return pg_->barrier(); });
+  }
+
+ private:
+  at::Tensor on_device(const at::Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
+  static at::Tensor wide(const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ? t.to(at::kFloat) : t;
+  }
+
+  template <typename F>
+  void run(const char* op, F&& start) {
+    try {
+      start()->wait();
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      fail("rank ", rank_, ": ", op, " failed (another rank may have exited or timed out): ",
+           what.substr(0, what.find('\n')));
+    }
+  }
+
+  int rank_, size_;
+  c10::Device device_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+};
+#endif  // USE_C10D_NCCL
+
 }  // namespace
 
-std::shared_ptr<Comm> Comm::create(const World& world) {
+std::shared_ptr<Comm> Comm::create(const World& world, const c10::Device& device) {
   if (!world.distributed()) return std::make_shared<SoloComm>();
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    c10::cuda::set_device(device.index());
+    return std::make_shared<NcclComm>(rendezvous(world), world.rank, world.world_size, device, world.rank);
+#else
+    fail("rank ", world.rank, ": ", device.str(), " needs NCCL, and this build of glint has none");
+#endif
+  }
   return std::make_shared<GlooComm>(world);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <map>
@@ -23,8 +24,11 @@ class Comm {
   virtual ~Comm() = default;
 
   // Rendezvous through a TCPStore at world.master_addr:master_port (rank 0 hosts it)
-  // and a Gloo process group over all ranks. A single-process world needs no network.
-  static std::shared_ptr<Comm> create(const World& world);
+  // and a process group over all ranks: Gloo for CPU tensors; NCCL when `device` is a GPU
+  // (native all-gather-into-tensor, reduce-scatter-tensor, all-to-all-single; tensors
+  // given on the CPU are moved to the device and back). A single-process world needs no
+  // network.
+  static std::shared_ptr<Comm> create(const World& world, const c10::Device& device = c10::Device(c10::kCPU));
 
   virtual int rank() const = 0;
   virtual int size() const = 0;

@@ -538,6 +538,18 @@ void Trainer::run() {
     }
     if (comm_->size() > 1) rec["ranks"] = comm_->size();
     if (eval_now) rec["exact_match"] = last_acc;
+    // Where the step's time went (this rank's; the optimizer part includes the gradient
+    // reduction and clipping).
+    rec["forward_s"] = st.forward_seconds;
+    rec["backward_s"] = st.backward_seconds;
+    rec["optimizer_s"] = st.optimizer_seconds;
+    const compat::DeviceMemory gpu = compat::device_memory(model_->placement.device);
+    if (gpu.peak_allocated_mb >= 0) {  // on a GPU: the step's peak, and the driver calls so far
+      rec["peak_gpu_mb"] = gpu.peak_allocated_mb;
+      rec["gpu_device_allocs"] = gpu.device_allocs;
+      rec["gpu_device_frees"] = gpu.device_frees;
+      compat::reset_device_memory_peak(model_->placement.device);
+    }
     metrics->write(rec);
     std::map<std::string, double> tenant_epoch;
     for (const auto& t : tenants_)
