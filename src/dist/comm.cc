@@ -76,6 +76,18 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const World& w) {
   }
 }
 
+// The store and this rank's index for a group over `ranks` (ascending, this rank among
+// them): keys are prefixed by the tag and the member list, so groups stay distinct.
+std::pair<c10::intrusive_ptr<c10d::Store>, int> subgroup_store(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                const std::vector<int>& ranks,
+                                                                const std::string& tag, int rank) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  GLINT_ASSERT(it != ranks.end(), "rank ", rank, " is not in subgroup ", tag);
+  std::string prefix = "group/" + tag + "/";
+  for (int r : ranks) prefix += std::to_string(r) + ",";
+  return {c10::make_intrusive<c10d::PrefixStore>(prefix, store), int(it - ranks.begin())};
+}
+
 // Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all, AVG and
 // 16-bit floats; each is built from what it has (see DESIGN.md §1), which every later
 // Gloo has too, so one implementation serves all builds.
@@ -94,12 +106,8 @@ class GlooComm : public Comm {
   }
 
   std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) override {
-    auto it = std::find(ranks.begin(), ranks.end(), rank_);
-    GLINT_ASSERT(it != ranks.end(), "rank ", rank_, " is not in subgroup ", tag);
-    std::string prefix = "group/" + tag + "/";
-    for (int r : ranks) prefix += std::to_string(r) + ",";
-    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
-    return std::make_shared<GlooComm>(store, int(it - ranks.begin()), int(ranks.size()), host_, rank_);
+    auto [store, index] = subgroup_store(store_, ranks, tag, rank_);
+    return std::make_shared<GlooComm>(store, index, int(ranks.size()), host_, rank_);
   }
 
   int rank() const override { return rank_; }
@@ -287,12 +295,8 @@ class NcclComm : public Comm {
   }
 
   std::shared_ptr<Comm> subgroup(const std::vector<int>& ranks, const std::string& tag) override {
-    auto it = std::find(ranks.begin(), ranks.end(), rank_);
-    GLINT_ASSERT(it != ranks.end(), "rank ", rank_, " is not in subgroup ", tag);
-    std::string prefix = "group/" + tag + "/";
-    for (int r : ranks) prefix += std::to_string(r) + ",";
-    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
-    return std::make_shared<NcclComm>(store, int(it - ranks.begin()), int(ranks.size()), device_, rank_);
+    auto [store, index] = subgroup_store(store_, ranks, tag, rank_);
+    return std::make_shared<NcclComm>(store, index, int(ranks.size()), device_, rank_);
   }
 
   int rank() const override { return rank_; }

@@ -74,13 +74,7 @@ TEST(MixedPrecision, Bf16LoraReachesTheFloat32Loss) {
     o.lr = 3e-3;
     o.eval_samples = 0;
     Trainer t(o);
-    double first = 0, last = 0;
-    for (int s = 0; s < o.steps; ++s) {
-      double loss = t.step(t.next_micro_batches()).loss;
-      if (s < 10) first += loss / 10;
-      if (s >= o.steps - 10) last += loss / 10;
-    }
-    return std::make_pair(first, last);
+    return testing::first_and_last_loss(t, o.steps);
   };
   auto [f32_first, f32_last] = final_loss("float32");
   auto [bf16_first, bf16_last] = final_loss("bfloat16");

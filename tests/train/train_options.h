@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "test_util.h"
 #include "train/trainer.h"
@@ -19,6 +20,17 @@ inline TrainOptions small_train_options(const std::string& name) {
   o.dtype = "float64";
   o.eval_samples = 8;
   return o;
+}
+
+// Mean loss of the first and of the last `window` steps of `steps` training steps.
+inline std::pair<double, double> first_and_last_loss(Trainer& t, int64_t steps, int64_t window = 10) {
+  double first = 0, last = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    double loss = t.step(t.next_micro_batches()).loss;
+    if (s < window) first += loss / double(window);
+    if (s >= steps - window) last += loss / double(window);
+  }
+  return {first, last};
 }
 
 }  // namespace glint::testing

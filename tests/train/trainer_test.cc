@@ -62,12 +62,7 @@ TEST(Trainer, LoraLearnsTheBuiltInTask) {
   o.lr = 3e-3;
   o.steps = 150;
   Trainer t(o);
-  double first = 0, last = 0;
-  for (int s = 0; s < o.steps; ++s) {
-    StepStats st = t.step(t.next_micro_batches());
-    if (s < 10) first += st.loss / 10;
-    if (s >= o.steps - 10) last += st.loss / 10;
-  }
+  auto [first, last] = testing::first_and_last_loss(t, o.steps);
   EXPECT_LT(last, 0.8 * first) << "first " << first << " last " << last;
 }
 
