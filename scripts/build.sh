@@ -20,7 +20,7 @@ if [ -n "${GLINT_TORCH_DIR:-}" ]; then
   [ -d "$torch_prefix" ] || { echo "GLINT_TORCH_DIR=$torch_prefix is not a directory" >&2; exit 2; }
 elif command -v python3 >/dev/null &&
      torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null) &&
-     [ -n "$torch_prefix" ]; then
+     [ -f "$torch_prefix/Torch/TorchConfig.cmake" ]; then
   echo "libtorch: the one inside python3's torch ($torch_prefix)"
 else
   torch_prefix=""

@@ -88,8 +88,11 @@ log "tests (${tests_s} s): ${summary:-no summary, see ctest.log}"
 
 # Training on the device: the built-in bench model in float32 and in bf16.
 : >"$out/bench.jsonl"
+bench_flags=()
+[ "$device" = cuda ] || bench_flags=(--steps 1 --warmup 0 --seq-len 64 --batch-size 2)  # a dry run: short
 for dtype in float32 bfloat16; do
-  if ./build-gpu/glint bench train --device "$device" --dtype "$dtype" >"$out/bench-$dtype.log" 2>&1; then
+  if ./build-gpu/glint bench train --device "$device" --dtype "$dtype" "${bench_flags[@]}" \
+       >"$out/bench-$dtype.log" 2>&1; then
     grep '^{' "$out/bench-$dtype.log" | tail -1 >>"$out/bench.jsonl" || true
     log "bench train $dtype on $device: $(tail -1 "$out/bench.jsonl")"
   else
@@ -130,11 +133,13 @@ lines = [f"Machine: {machine['gpu'] or 'no GPU (dry run)'}, torch {machine['torc
          "| run | dtype | tokens/s | peak memory (MB) |", "|---|---|---|---|"]
 for b in bench:
     mem = b.get("peak_gpu_mb", b.get("peak_rss_mb", ""))
-    lines.append(f"| bench train | {b.get('dtype', '')} | {b.get('tokens_per_s', '')} | {mem} |")
+    mem = f"{mem:.0f}" if isinstance(mem, (int, float)) else mem
+    lines.append(f"| bench train | {b.get('dtype', '')} | {b.get('tokens_per_s', 0):.1f} | {mem} |")
 lines += ["", "| peer benchmark | tokens/s | peak GPU MB | LoRA-MFU |", "|---|---|---|---|"]
 for p in peer:
     mfu = f"{100 * p['lora_mfu']:.1f}%" if "lora_mfu" in p else "-"
-    lines.append(f"| {p['trainer']} | {p.get('tokens_per_s', 'failed')} | {p.get('peak_gpu_mb', '-')} | {mfu} |")
+    tps = f"{p['tokens_per_s']:.0f}" if p.get("tokens_per_s") else "failed"
+    lines.append(f"| {p['trainer']} | {tps} | {p.get('peak_gpu_mb', '-')} | {mfu} |")
 open(out + "/report.md", "w").write("\n".join(lines) + "\n")
 print(json.dumps(report))
 print("\n".join(lines))
