@@ -82,6 +82,9 @@ void TrainOptions::validate() const {
   }
   GLINT_USAGE_CHECK(device == "auto" || device == "cpu" || device.rfind("cuda", 0) == 0, "--device: unknown device '",
                     device, "' (expected auto, cpu, cuda or cuda:N)");
+  GLINT_USAGE_CHECK(device.rfind("cuda", 0) != 0 || at::hasCUDA(), "--device ", device,
+                    ": this build of glint has no CUDA, or no GPU is present (glint --version names the libtorch it "
+                    "was built against; scripts/build.sh takes a CUDA PyTorch's when python3 can import one)");
   adam.validate("AdamW options");
   if (!full) lora.validate("LoRA options");
 }

@@ -1,6 +1,7 @@
 // The glint binary as a user meets it: --config keys spelled with '_' or '-', errors
 // that name the file, the key and what was expected, exit status 2 for every usage
 // error, --version, usage lines that name the program, and help text for every option.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
@@ -180,6 +181,15 @@ TEST(Usage, ParseErrorsExitTwoWithTheParsersMessage) {
     RunResult r = run_glint(args);
     EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
   }
+}
+
+TEST(Usage, AGpuTheMachineLacksIsAUsageError) {
+  if (at::hasCUDA()) GTEST_SKIP() << "this build runs on a GPU: --device cuda is valid here";
+  std::string d = glint::testing::fresh_temp_dir("usage_cuda");
+  RunResult r = run_glint("train --steps 1 --device cuda --output " + d + "/out");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device cuda: this build of glint has no CUDA"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d + "/out"));
 }
 
 TEST(Usage, VersionNamesGlintLibtorchAndCommit) {
