@@ -40,9 +40,14 @@ c10::Device parse_device(const std::string& name, const std::string& what) {
 }
 
 c10::Device resolve_device(const std::string& name, int local_rank, const std::string& what) {
-  if (name == "auto") return at::hasCUDA() ? c10::Device(c10::kCUDA, c10::DeviceIndex(local_rank)) : c10::Device(c10::kCPU);
-  c10::Device d = parse_device(name, what);
-  if (d.is_cuda() && !d.has_index()) d = c10::Device(c10::kCUDA, c10::DeviceIndex(local_rank));
+  if (name == "auto" && !at::hasCUDA()) return c10::Device(c10::kCPU);
+  c10::Device d = name == "auto" ? c10::Device(c10::kCUDA) : parse_device(name, what);
+  if (!d.is_cuda()) return d;
+  if (!d.has_index()) d = c10::Device(c10::kCUDA, c10::DeviceIndex(local_rank));
+  const size_t gpus = at::getNumGPUs();
+  GLINT_CHECK(size_t(d.index()) < gpus, what, " ", name, ": this process would take ", d.str(), " but the machine has ",
+              gpus, gpus == 1 ? " GPU" : " GPUs", local_rank > 0 ? " (one per local rank: start at most that many ranks "
+              "per node, or pass --device cpu)" : "");
   return d;
 }
 

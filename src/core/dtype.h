@@ -18,7 +18,8 @@ c10::Device parse_device(const std::string& name, const std::string& what);
 
 // The defaults behind "--device auto" and "--dtype auto": rank `local_rank`'s GPU
 // (cuda:LOCAL_RANK) when the build has CUDA and a GPU is present, else the CPU; "cuda"
-// alone also means cuda:LOCAL_RANK. bfloat16 on a GPU, float32 on the CPU.
+// alone also means cuda:LOCAL_RANK; a GPU index the machine lacks is an error naming it.
+// bfloat16 on a GPU, float32 on the CPU.
 c10::Device resolve_device(const std::string& name, int local_rank, const std::string& what);
 c10::ScalarType resolve_dtype(const std::string& name, const c10::Device& device, const std::string& what);
 
