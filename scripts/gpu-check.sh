@@ -53,7 +53,14 @@ log "machine: $(cat "$out/machine.json")"
 if [ -d .gpu-deps ] && ls .gpu-deps/*.deb >/dev/null 2>&1; then
   prefix=/tmp/glint-deps
   mkdir -p "$prefix"
-  for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$prefix"; done
+  for f in .gpu-deps/*.deb; do
+    if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$f" "$prefix"
+    else  # no dpkg: the .deb is an ar archive around data.tar.{xz,zst,gz}
+      member=$(ar t "$f" | grep '^data.tar')
+      case "$member" in *.xz) z=-J ;; *.zst) z=--zstd ;; *.gz) z=-z ;; *) z= ;; esac
+      ar p "$f" "$member" | tar -x $z -C "$prefix" -f -
+    fi
+  done
   multiarch=$prefix/usr/lib/x86_64-linux-gnu
   export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"

@@ -6,10 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .gpu-deps
-grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # kept out of commits, still carried to a device
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >>"$exclude"
 apt-get update -qq
 cd .gpu-deps
+rm -f ./*.deb
 apt-get download -qq nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 \
-  libicu-dev libicu72 libgoogle-perftools-dev libtcmalloc-minimal4 ccache
+  libicu-dev libicu72 libgoogle-perftools-dev libgoogle-perftools4 libtcmalloc-minimal4 \
+  pkgconf pkgconf-bin libpkgconf3 2>&1 | grep -v "unsandboxed as root" || true
 ls -1 "$PWD"
