@@ -7,8 +7,8 @@
 
 namespace glint {
 
-TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r,
-                                           int64_t num_experts) {
+TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r, int64_t num_experts,
+                                           at::Tensor* device_counts) {
   int64_t K = r.experts.size(1);
   at::Tensor flat_experts = r.experts.reshape({-1});                // [N]
   // Stable sort keeps token order inside each expert group: deterministic results.
@@ -18,7 +18,12 @@ TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r
   d.weight = r.weights.reshape({-1}).index_select(0, order);        // [N]
   d.tokens = x.index_select(0, d.token_index);                      // [N, H]
   if (r.tags.defined()) d.tags = r.tags.index_select(0, d.token_index);  // [N]
-  at::Tensor counts = at::bincount(flat_experts, {}, num_experts).to(at::kCPU);  // one sync
+  at::Tensor counts = at::bincount(flat_experts, {}, num_experts);  // [E] on x's device
+  if (device_counts) {
+    *device_counts = counts;
+    return d;
+  }
+  counts = counts.to(at::kCPU);  // the one wait for the device
   d.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   return d;
 }

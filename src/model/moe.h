@@ -50,9 +50,11 @@ class TokenDispatcher {
 };
 
 // The dispatch steps every dispatcher shares. sort_by_expert: copies of x [T,H] sorted
-// stably by expert id (token order kept inside each expert), counts [E] per expert.
-TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& routing,
-                                           int64_t num_experts);
+// stably by expert id (token order kept inside each expert), and the copies per expert:
+// in `counts` on the host (one wait for the device), or, given `device_counts`, only
+// in `*device_counts` [E] on x's device (no wait; expert parallelism exchanges them first).
+TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& routing, int64_t num_experts,
+                                           at::Tensor* device_counts = nullptr);
 // Expert outputs [N,H] in sort_by_expert's order -> [T,H]: each token's weighted sum.
 at::Tensor weighted_combine(const at::Tensor& sorted_out, const TokenDispatcher::Dispatched& d,
                             int64_t num_tokens);

@@ -74,12 +74,18 @@ AllToAllTokenDispatcher::AllToAllTokenDispatcher(std::shared_ptr<Comm> ep_comm, 
 
 TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& x, const Routing& r) {
   const int64_t ep = comm_->size(), local = num_experts_ / ep;
-  Dispatched d = sort_by_expert(x, r, num_experts_);  // d.counts: [E] copies per global expert
-  // The count exchange: row j of `sent` goes to EP rank j (the counts of its experts);
-  // row i of `got` is what rank i sends to each of this rank's experts.
-  at::Tensor sent = at::tensor(d.counts, at::kLong).view({ep, local});  // [ep, E_local]
+  at::Tensor counts;                                                // [E] copies per global expert
+  Dispatched d = sort_by_expert(x, r, num_experts_, &counts);
+  // The count exchange, where the counts are (the device, over NCCL): row j of `sent`
+  // goes to EP rank j (the counts of its experts); row i of `got` is what rank i sends
+  // to each of this rank's experts. Then the layer's one wait for the device: both
+  // tables come to the host together.
+  at::Tensor sent = counts.view({ep, local});                         // [ep, E_local]
   at::Tensor got = comm_->all_to_all(sent, std::vector<int64_t>(ep, 1), std::vector<int64_t>(ep, 1));
-  const int64_t* g = got.data_ptr<int64_t>();
+  at::Tensor host = at::cat({sent.reshape({-1}), got.reshape({-1})}).to(at::kCPU);  // [2E]
+  const int64_t* c = host.data_ptr<int64_t>();
+  d.counts.assign(c, c + num_experts_);
+  const int64_t* g = c + num_experts_;
   d.send_splits.assign(ep, 0);
   d.recv_splits.assign(ep, 0);
   std::vector<int64_t> local_counts(local, 0);
@@ -108,9 +114,7 @@ TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& 
   d.received_from_grouped = inverse.to(x.device());
   d.tokens = received.index_select(0, d.grouped_from_received);  // [N_local, H]
   if (d.tags.defined())  // the tags travel with their tokens
-    d.tags = comm_->all_to_all(d.tags.to(at::kCPU), d.send_splits, d.recv_splits)
-                 .to(x.device())
-                 .index_select(0, d.grouped_from_received);
+    d.tags = comm_->all_to_all(d.tags, d.send_splits, d.recv_splits).index_select(0, d.grouped_from_received);
   d.counts = std::move(local_counts);
   return d;
 }
