@@ -183,12 +183,18 @@ TEST(Usage, ParseErrorsExitTwoWithTheParsersMessage) {
   }
 }
 
-TEST(Usage, AGpuTheMachineLacksIsAUsageError) {
-  if (at::hasCUDA()) GTEST_SKIP() << "this build runs on a GPU: --device cuda is valid here";
+TEST(Usage, AGpuTheMachineLacksIsRefusedByName) {
   std::string d = glint::testing::fresh_temp_dir("usage_cuda");
-  RunResult r = run_glint("train --steps 1 --device cuda --output " + d + "/out");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--device cuda: this build of glint has no CUDA"), std::string::npos) << r.output;
+  if (!at::hasCUDA()) {  // a CPU build, or no GPU: any CUDA device is a usage error
+    RunResult r = run_glint("train --steps 1 --device cuda --output " + d + "/out");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--device cuda: this build of glint has no CUDA"), std::string::npos) << r.output;
+  } else {  // on a GPU machine: one index past its last GPU
+    const std::string past = "cuda:" + std::to_string(at::getNumGPUs());
+    RunResult r = run_glint("train --steps 1 --device " + past + " --output " + d + "/out");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("would take " + past + " but the machine has"), std::string::npos) << r.output;
+  }
   EXPECT_FALSE(fs::exists(d + "/out"));
 }
 
