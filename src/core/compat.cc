@@ -12,12 +12,14 @@
 #endif
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
 
 // 2.x: the public scaled_dot_product_attention (2.0), TCPStoreOptions::useLibUV (2.3),
-// at::_grouped_mm with its autograd formula (2.8).
+// flash attention's variable-length form with optional offsets (2.4), at::_grouped_mm with
+// its autograd formula (2.8).
 #define GLINT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -57,11 +59,14 @@ namespace {
 
 // The math every build can run: scores and softmax in float32 (float64 for float64), as
 // transformers' eager attention does.
-at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& mask) {
+at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
   auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor scores = at::matmul(q, k.transpose(-1, -2)).to(compute) * (1.0 / std::sqrt(double(q.size(-1))));
-  if (mask.defined()) scores = scores + mask.to(compute);
+  if (causal) {
+    const int64_t S = q.size(-2);
+    at::Tensor later = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
+    scores = scores.masked_fill(later, -std::numeric_limits<double>::infinity());
+  }
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   return at::matmul(probs, v);
 }
@@ -78,20 +83,43 @@ bool fused_attention_available(const at::Tensor& q) {
 }
 
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const at::Tensor& mask) {
+                                        bool causal) {
   GLINT_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention takes [B, N, S, D] tensors");
   int64_t rep = q.size(1) / k.size(1);
   GLINT_ASSERT(rep * k.size(1) == q.size(1), q.size(1), " query heads over ", k.size(1), " kv heads");
   at::Tensor kk = rep > 1 ? k.repeat_interleave(rep, 1) : k;
   at::Tensor vv = rep > 1 ? v.repeat_interleave(rep, 1) : v;
 #if GLINT_TORCH_AT_LEAST(2, 0)
-  if (fused_attention_available(q)) {
-    c10::optional<at::Tensor> m;
-    if (mask.defined()) m = mask.to(q.scalar_type());
-    return at::scaled_dot_product_attention(q, kk, vv, m, 0.0, /*is_causal=*/false);
-  }
+  if (fused_attention_available(q)) return at::scaled_dot_product_attention(q, kk, vv, {}, 0.0, causal);
 #endif
-  return eager_attention(q, kk, vv, mask);
+  return eager_attention(q, kk, vv, causal);
+}
+
+bool varlen_attention_available(const at::Tensor& q) {
+#if GLINT_TORCH_AT_LEAST(2, 4) && defined(GLINT_CUDA)
+  const int64_t D = q.size(-1);
+  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && D % 8 == 0 &&
+         D <= 256;
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens, int64_t max_length) {
+  GLINT_ASSERT(varlen_attention_available(q), "varlen_attention without a kernel for ", q.scalar_type(), " on ",
+               q.device());
+  GLINT_ASSERT(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && q.size(1) % k.size(1) == 0);
+#if GLINT_TORCH_AT_LEAST(2, 4) && defined(GLINT_CUDA)
+  // Flash attention reads grouped kv heads itself; its backward is in derivatives.yaml.
+  auto out = at::_flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, max_length, max_length, 0.0,
+                                          /*is_causal=*/true, /*return_debug_mask=*/false);
+  return std::get<0>(out);
+#else
+  (void)k, (void)v, (void)cu_seqlens, (void)max_length;
+  return {};
+#endif
 }
 
 bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w) {

@@ -29,16 +29,25 @@ void set_cpu_threads(int threads);
 // without libuv (Debian's) take the older server instead of failing.
 c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, const c10d::TCPStoreOptions& options);
 
-// softmax(q kᵀ / sqrt(D) + mask) v, for q [B, N, S, D] and k, v [B, N_kv, S, D] with N a
-// multiple of N_kv (query head h reads kv head h / (N / N_kv)). `mask`: additive, float,
-// broadcastable to [B, N, S, S]; undefined means none. Softmax runs in float32 (float64
-// for float64 inputs). 2.x: at::scaled_dot_product_attention (flash or cuDNN kernels on
-// CUDA); 1.13 has only the private form, which glint does not use.
+// softmax(q kᵀ / sqrt(D)) v, for q [B, N, S, D] and k, v [B, N_kv, S, D] with N a multiple
+// of N_kv (query head h reads kv head h / (N / N_kv)); `causal`: query i sees keys j <= i
+// only. Softmax runs in float32 (float64 for float64 inputs). 2.x:
+// at::scaled_dot_product_attention (flash or cuDNN kernels on CUDA); 1.13 has only the
+// private form, which glint does not use.
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const at::Tensor& mask);
+                                        bool causal);
 // Whether scaled_dot_product_attention runs a fused kernel (rather than the same math as
 // the eager path) for tensors like `q`.
 bool fused_attention_available(const at::Tensor& q);
+
+// Causal attention over packed sequences, for q [T, N, D] and k, v [T, N_kv, D] holding
+// the sequences back to back: sequence i is tokens [cu_seqlens[i], cu_seqlens[i+1])
+// (int32 on q's device), none longer than max_length. Only where
+// varlen_attention_available(q): flash attention's variable-length kernel (2.4+, CUDA,
+// bf16 or fp16, head_dim a multiple of 8 up to 256).
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens, int64_t max_length);
+bool varlen_attention_available(const at::Tensor& q);
 
 // The expert GEMM: x [N, in] holds E groups of rows, counts[e] rows for expert e in
 // expert order (a count may be 0); w [E, out, in]. Returns [N, out], group e multiplied

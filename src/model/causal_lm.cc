@@ -22,9 +22,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const Te
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RotaryTables& rope,
-                                     const at::Tensor& mask,
+                                     const SequenceLayout& layout,
                                      std::vector<at::Tensor>* router_logits) {
-  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, mask);
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, layout);
   at::Tensor normed = post_attention_layernorm->forward(h);
   if (dense_mlp) return h + dense_mlp->forward(normed);
   int64_t B = x.size(0), S = x.size(1), H = x.size(2);
@@ -78,16 +78,16 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
               "model input: input_ids, position_ids and segment_ids must all be [B,S]; got ",
               input_ids.sizes(), ", ", position_ids.sizes(), ", ", segment_ids.sizes());
   auto dev = placement.device;
-  at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev), seg = segment_ids.to(dev);
+  at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev);
   RotaryTables rope = rotary_tables(pos, config.head_dim, config.rope_theta,
                                     placement.dtype == at::kDouble ? at::kDouble : at::kFloat);
-  at::Tensor mask = segment_causal_mask(seg);
+  SequenceLayout layout = sequence_layout(segment_ids, dev);
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
   ForwardOutput out;
   for (size_t l = 0; l < model->layers->size(); ++l) {
     DecoderLayer dl = layer(l);
-    x = layer_runner ? layer_runner->run(l, *dl, x, rope, mask, &out.router_logits)
-                     : dl->forward(x, rope, mask, &out.router_logits);
+    x = layer_runner ? layer_runner->run(l, *dl, x, rope, layout, &out.router_logits)
+                     : dl->forward(x, rope, layout, &out.router_logits);
   }
   out.hidden = model->norm->forward(x);
   return out;

@@ -20,7 +20,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& place);
   // x [B,S,H] -> [B,S,H]; MoE layers append their router logits [T,E] when non-null.
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& mask,
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const SequenceLayout& layout,
                      std::vector<at::Tensor>* router_logits);
 
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -49,7 +49,7 @@ class LayerRunner {
   virtual ~LayerRunner() = default;
   // Same contract as DecoderLayerImpl::forward.
   virtual at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                         const RotaryTables& rope, const at::Tensor& mask,
+                         const RotaryTables& rope, const SequenceLayout& layout,
                          std::vector<at::Tensor>* router_logits) = 0;
 };
 

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "core/compat.h"
 #include "core/error.h"
@@ -61,17 +61,105 @@ at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
   return x * cos + rotated * sin;
 }
 
-at::Tensor segment_causal_mask(const at::Tensor& segment_ids) {
-  int64_t S = segment_ids.size(1);
-  auto dev = segment_ids.device();
-  at::Tensor same = segment_ids.unsqueeze(2).eq(segment_ids.unsqueeze(1));  // [B,S,S]
-  at::Tensor causal = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(dev)).tril();
-  at::Tensor valid = segment_ids.ge(0).unsqueeze(2);                        // query not pad
-  at::Tensor eye = at::eye(S, at::TensorOptions().dtype(at::kBool).device(dev));
-  at::Tensor allowed = (same & causal & valid) | eye;
-  at::Tensor mask = at::zeros(allowed.sizes(), at::TensorOptions().dtype(at::kFloat).device(dev));
-  mask.masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  return mask.unsqueeze(1);  // [B,1,S,S]
+SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device& device) {
+  GLINT_CHECK(segment_ids.dim() == 2, "segment_ids must be [B,S], got ", segment_ids.sizes());
+  at::Tensor ids = segment_ids.to(at::kCPU, at::kLong).contiguous();
+  SequenceLayout out;
+  out.rows = ids.size(0);
+  out.seq_len = ids.size(1);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  std::vector<int64_t> seen;  // the ids already closed in this row
+  for (int64_t b = 0; b < out.rows; ++b) {
+    seen.clear();
+    const int64_t* row = id + b * out.seq_len;
+    for (int64_t i = 0; i < out.seq_len;) {
+      int64_t j = i + 1;
+      while (j < out.seq_len && row[j] == row[i]) ++j;
+      bool padding = row[i] < 0;
+      if (!padding) {
+        GLINT_CHECK(std::find(seen.begin(), seen.end(), row[i]) == seen.end(), "segment_ids: row ", b,
+                    " has segment ", row[i], " again at position ", i, " after another segment; a sequence "
+                    "must be one contiguous run");
+        seen.push_back(row[i]);
+      }
+      out.spans.push_back({b, i, j - i, padding});
+      i = j;
+    }
+  }
+  // Rows alike: the spans of every row repeat row 0's.
+  size_t per_row = 0;
+  while (per_row < out.spans.size() && out.spans[per_row].row == 0) ++per_row;
+  out.rows_alike = out.rows > 0 && per_row * out.rows == out.spans.size();
+  for (size_t n = per_row; out.rows_alike && n < out.spans.size(); ++n) {
+    const auto &a = out.spans[n], &first = out.spans[n % per_row];
+    out.rows_alike = a.start == first.start && a.length == first.length && a.padding == first.padding;
+  }
+  std::vector<int32_t> cu{0};
+  for (const auto& s : out.spans) {
+    int64_t n = s.padding ? s.length : 1, len = s.padding ? 1 : s.length;
+    for (int64_t k = 0; k < n; ++k) cu.push_back(int32_t(cu.back() + len));
+    out.max_length = std::max(out.max_length, len);
+  }
+  out.cu_seqlens = at::tensor(cu, at::kInt).to(device, /*non_blocking=*/true);
+  return out;
+}
+
+namespace {
+
+// A padding token attends to itself only: its output is its own value (kv head repeated
+// for each query head that reads it).
+at::Tensor own_values(const at::Tensor& v, int64_t heads, c10::ScalarType dtype) {
+  int64_t rep = heads / v.size(1);
+  return (rep > 1 ? v.repeat_interleave(rep, 1) : v).to(dtype);
+}
+
+// One row's spans (or every row's, when the rows are alike) over q, k, v [b,N,S,D].
+at::Tensor attend_spans(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::vector<SequenceLayout::Span>& spans, size_t first, size_t end) {
+  if (end - first == 1 && !spans[first].padding)  // one sequence fills the row
+    return compat::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  std::vector<at::Tensor> parts;
+  parts.reserve(end - first);
+  for (size_t n = first; n < end; ++n) {
+    const auto& s = spans[n];
+    at::Tensor vs = v.narrow(2, s.start, s.length);
+    parts.push_back(s.padding ? own_values(vs, q.size(1), q.scalar_type())
+                              : compat::scaled_dot_product_attention(q.narrow(2, s.start, s.length),
+                                                                     k.narrow(2, s.start, s.length), vs,
+                                                                     /*causal=*/true));
+  }
+  return at::cat(parts, 2);
+}
+
+}  // namespace
+
+at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const SequenceLayout& layout) {
+  const int64_t B = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3);
+  GLINT_ASSERT(B == layout.rows && S == layout.seq_len, "attention over [", B, ", ", S, "] with a layout of [",
+               layout.rows, ", ", layout.seq_len, "]");
+  if (layout.cu_seqlens.defined() && compat::varlen_attention_available(q)) {
+    // Tokens in [B*S] order: [B,N,S,D] -> [B*S,N,D].
+    auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({B * S, t.size(1), D}); };
+    return compat::varlen_attention(tokens(q), tokens(k), tokens(v), layout.cu_seqlens, layout.max_length)
+        .view({B, S, N * D});
+  }
+  at::Tensor out;
+  if (layout.rows_alike) {
+    out = attend_spans(q, k, v, layout.spans, 0, layout.spans.size() / B);
+  } else {
+    std::vector<at::Tensor> rows;
+    size_t first = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      size_t end = first;
+      while (end < layout.spans.size() && layout.spans[end].row == b) ++end;
+      rows.push_back(attend_spans(q.narrow(0, b, 1), k.narrow(0, b, 1), v.narrow(0, b, 1), layout.spans,
+                                  first, end));
+      first = end;
+    }
+    out = at::cat(rows, 0);
+  }
+  return out.transpose(1, 2).reshape({B, S, N * D});
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorPlacement& p)
@@ -86,7 +174,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorPlacement& p)
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope,
-                                  const at::Tensor& mask) {
+                                  const SequenceLayout& layout) {
   int64_t B = x.size(0), S = x.size(1);
   // [B,S,N*D] -> [B,S,N,D] -> norm over D -> [B,N,S,D]
   at::Tensor q = q_norm->forward(q_proj->forward(x).view({B, S, num_heads, head_dim})).transpose(1, 2);
@@ -94,10 +182,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope,
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rotary(q, rope);
   k = apply_rotary(k, rope);
-  // Query head h reads kv head h / (num_heads / num_kv_heads).
-  at::Tensor out = compat::scaled_dot_product_attention(q, k, v, mask);  // [B,N,S,D]
-  out = out.transpose(1, 2).reshape({B, S, num_heads * head_dim});
-  return o_proj->forward(out);
+  return o_proj->forward(sequence_attention(q, k, v, layout));
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, const TensorPlacement& p) {

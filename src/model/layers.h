@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <vector>
 
 #include "model/adapter.h"
 #include "model/config.h"
@@ -60,16 +61,39 @@ RotaryTables rotary_tables(const at::Tensor& position_ids /*[B,S]*/, int64_t hea
 // x: [B, Nh, S, D]; rotate-half RoPE (non-interleaved), as transformers does.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
 
-// Additive attention mask [B, 1, S, S] in float32: 0 where query i may attend key j
-// (same segment and j <= i), -inf elsewhere. Padding (segment -1) attends to itself only,
-// so no row is fully masked.
-at::Tensor segment_causal_mask(const at::Tensor& segment_ids /*[B,S]*/);
+// Where the sequences of a [B,S] batch lie, read once per forward from its segment ids
+// (on the host: attention never waits for the device to learn the lengths). A sequence
+// is a run of one segment id >= 0 in a row; it attends causally within itself. Padding
+// (segment -1) attends to itself only, so no query is left without a key.
+struct SequenceLayout {
+  struct Span {
+    int64_t row = 0, start = 0, length = 0;
+    bool padding = false;  // a run of padding tokens, each its own sequence of one
+  };
+  int64_t rows = 0, seq_len = 0;
+  std::vector<Span> spans;  // in row-major order, covering every position once
+  bool rows_alike = false;  // every row has the same spans (one batched kernel per span)
+  // For variable-length kernels, on the model's device: int32 [n+1] offsets of every
+  // sequence in the flattened [B*S] tokens, each padding token its own sequence, and the
+  // longest sequence.
+  at::Tensor cu_seqlens;
+  int64_t max_length = 0;
+};
+// segment_ids [B,S] int64. A segment id that appears again after another one in the same
+// row is an error (sequences are contiguous).
+SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device& device);
+
+// Causal softmax attention within each sequence of `layout`: q [B,Nh,S,D], k and v
+// [B,Nkv,S,D] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*D]. Never builds an
+// [S,S] mask: a variable-length kernel on GPU, one causal attention per sequence elsewhere.
+at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const SequenceLayout& layout);
 
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, const TensorPlacement& place);
-  // x [B,S,H], mask from segment_causal_mask -> [B,S,H]
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const at::Tensor& mask);
+  // x [B,S,H] -> [B,S,H]
+  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const SequenceLayout& layout);
 
   int64_t num_heads, num_kv_heads, head_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};

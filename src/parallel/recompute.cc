@@ -35,7 +35,7 @@ struct LayerCall : torch::CustomClassHolder {
   int64_t index = 0;
   DecoderLayerImpl* layer = nullptr;
   RotaryTables rope;
-  at::Tensor mask;
+  SequenceLayout layout;
   bool moe = false;
   // The default generator's state before the forward: the recompute replays it, so a
   // stochastic layer (LoRA dropout) draws the same masks twice.
@@ -43,7 +43,7 @@ struct LayerCall : torch::CustomClassHolder {
 
   variable_list compute(const at::Tensor& x) const {
     std::vector<at::Tensor> logits;
-    at::Tensor y = layer->forward(x, rope, mask, moe ? &logits : nullptr);
+    at::Tensor y = layer->forward(x, rope, layout, moe ? &logits : nullptr);
     variable_list out{y};
     if (moe) out.push_back(logits.at(0));
     return out;
@@ -136,11 +136,11 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
 }  // namespace
 
 at::Tensor RecomputeRunner::run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                                const RotaryTables& rope, const at::Tensor& mask,
+                                const RotaryTables& rope, const SequenceLayout& layout,
                                 std::vector<at::Tensor>* router_logits) {
   if (!at::GradMode::is_enabled()) {  // inference: nothing to recompute
     before_compute(index);
-    at::Tensor y = layer.forward(x, rope, mask, router_logits);
+    at::Tensor y = layer.forward(x, rope, layout, router_logits);
     after_compute(index);
     return y;
   }
@@ -149,7 +149,7 @@ at::Tensor RecomputeRunner::run(int64_t index, DecoderLayerImpl& layer, const at
   call->index = index;
   call->layer = &layer;
   call->rope = rope;
-  call->mask = mask;
+  call->layout = layout;
   call->moe = bool(layer.moe);
   variable_list inputs{x};
   for (const auto& t : grad_inputs(index)) inputs.push_back(t);

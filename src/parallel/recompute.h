@@ -16,7 +16,7 @@ namespace glint {
 class RecomputeRunner : public LayerRunner {
  public:
   at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                 const RotaryTables& rope, const at::Tensor& mask,
+                 const RotaryTables& rope, const SequenceLayout& layout,
                  std::vector<at::Tensor>* router_logits) final;
 
   // Called around every forward of layer `index` (also the recompute in backward).

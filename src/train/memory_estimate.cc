@@ -98,12 +98,12 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
   }
   // Backward of the largest layer: its activation gradients (freed as it goes: about a
   // quarter of its saved tensors at once, measured) and the attention scores'
-  // transients (scaled, masked, softmax backward: ~3 more [rows, Nh, S, S]); under
-  // recompute that layer's saved tensors exist again too.
+  // transients (scaled, masked, softmax backward: ~3 more [rows, Nh, S, S], the bound a
+  // row holding one sequence reaches); under recompute that layer's saved tensors exist
+  // again too.
   double transient = 0.25 * largest + 3 * double(in.rows) * Nh * S * S * std::max(b, f32);
   if (in.recompute) transient += largest;
-  const double mask = double(in.rows) * S * S * f32;  // [rows, 1, S, S] additive mask
-  m.activations_mb = (saved + transient + mask + 2 * T * H * b) / kMb;  // + embedding and final norm
+  m.activations_mb = (saved + transient + 2 * T * H * b) / kMb;  // + embedding and final norm
   // Loss: the hidden rows of label positions (at most T) and their gradient, and one
   // tile of logits twice (the tile and its exponentials).
   const double chunk = double(kLossChunkElements);

@@ -88,52 +88,55 @@ TEST(GroupedMatmul, NoTokensStillReachesTheGraph) {
   EXPECT_EQ(w.grad().abs().sum().item<double>(), 0.0);
 }
 
-TEST(Attention, MatchesTheLoopWithGroupedHeadsAndAMask) {
+TEST(Attention, MatchesTheLoopWithGroupedHeadsCausalOrNot) {
   const int64_t B = 2, N = 4, Nkv = 2, S = 5, D = 3;
   at::manual_seed(5);
   auto f64 = at::TensorOptions().dtype(at::kDouble);
   at::Tensor q = at::randn({B, N, S, D}, f64), k = at::randn({B, Nkv, S, D}, f64), v = at::randn({B, Nkv, S, D}, f64);
-  // Causal, and in batch row 1 a second sequence starting at position 2.
   const double inf = std::numeric_limits<double>::infinity();
-  at::Tensor mask = at::zeros({B, 1, S, S}, f64);
-  auto M = mask.accessor<double, 4>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < S; ++i)
-      for (int64_t j = 0; j < S; ++j)
-        if (j > i || (b == 1 && i >= 2 && j < 2)) M[b][0][i][j] = -inf;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    at::Tensor mask = at::zeros({B, 1, S, S}, f64);
+    auto M = mask.accessor<double, 4>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j)
+          if (causal && j > i) M[b][0][i][j] = -inf;
 
-  at::Tensor got = compat::scaled_dot_product_attention(q, k, v, mask);
-  ASSERT_EQ(got.sizes(), q.sizes());
-  auto Q = q.accessor<double, 4>();
-  auto K = k.accessor<double, 4>();
-  auto V = v.accessor<double, 4>();
-  auto O = got.accessor<double, 4>();
-  double worst = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < N; ++h) {
-      int64_t kv = h / (N / Nkv);
-      for (int64_t i = 0; i < S; ++i) {
-        std::vector<double> p(S, 0.0);
-        double top = -inf, total = 0;
-        for (int64_t j = 0; j < S; ++j) {
-          if (M[b][0][i][j] == -inf) continue;
-          double s = 0;
-          for (int64_t d = 0; d < D; ++d) s += Q[b][h][i][d] * K[b][kv][j][d];
-          p[j] = s / std::sqrt(double(D));
-          top = std::max(top, p[j]);
-        }
-        for (int64_t j = 0; j < S; ++j) total += M[b][0][i][j] == -inf ? 0 : (p[j] = std::exp(p[j] - top));
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < S; ++j)
-            if (M[b][0][i][j] != -inf) o += p[j] / total * V[b][kv][j][d];
-          worst = std::max(worst, std::abs(o - O[b][h][i][d]));
+    at::Tensor got = compat::scaled_dot_product_attention(q, k, v, causal);
+    ASSERT_EQ(got.sizes(), q.sizes());
+    auto Q = q.accessor<double, 4>();
+    auto K = k.accessor<double, 4>();
+    auto V = v.accessor<double, 4>();
+    auto O = got.accessor<double, 4>();
+    double worst = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < N; ++h) {
+        int64_t kv = h / (N / Nkv);
+        for (int64_t i = 0; i < S; ++i) {
+          std::vector<double> p(S, 0.0);
+          double top = -inf, total = 0;
+          for (int64_t j = 0; j < S; ++j) {
+            if (M[b][0][i][j] == -inf) continue;
+            double s = 0;
+            for (int64_t d = 0; d < D; ++d) s += Q[b][h][i][d] * K[b][kv][j][d];
+            p[j] = s / std::sqrt(double(D));
+            top = std::max(top, p[j]);
+          }
+          for (int64_t j = 0; j < S; ++j) total += M[b][0][i][j] == -inf ? 0 : (p[j] = std::exp(p[j] - top));
+          for (int64_t d = 0; d < D; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < S; ++j)
+              if (M[b][0][i][j] != -inf) o += p[j] / total * V[b][kv][j][d];
+            worst = std::max(worst, std::abs(o - O[b][h][i][d]));
+          }
         }
       }
-    }
-  EXPECT_LT(worst, 1e-12);
+    EXPECT_LT(worst, 1e-12);
+  }
   // On the CPU the eager path runs on every libtorch (the same numbers on 1.13 and 2.x).
   EXPECT_FALSE(compat::fused_attention_available(q.to(at::kBFloat16)));
+  EXPECT_FALSE(compat::varlen_attention_available(q.to(at::kBFloat16)));
 }
 
 TEST(CpuThreads, SetsATenAndTheBlasPool) {

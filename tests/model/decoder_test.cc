@@ -264,9 +264,9 @@ TEST(Attention, MultiQueryFloat32WithBiasMatchesReferenceAndIgnoresPadding) {
   std::vector<int64_t> pos = {0, 1, 0, 1, 2, 0}, seg = {0, 0, 1, 1, 1, -1};
   at::Tensor x = at::randn({1, 6, c.hidden_size});
   RotaryTables rope = rotary_tables(row(pos), c.head_dim, c.rope_theta);
-  at::Tensor mask = segment_causal_mask(row(seg));
+  SequenceLayout layout = sequence_layout(row(seg), c10::Device(c10::kCPU));
   at::NoGradGuard ng;
-  at::Tensor got = attn->forward(x, rope, mask);
+  at::Tensor got = attn->forward(x, rope, layout);
   AttentionRefWeights w;
   w.Wq = attn->q_proj->weight, w.Wk = attn->k_proj->weight, w.Wv = attn->v_proj->weight;
   w.Wo = attn->o_proj->weight, w.bq = attn->q_proj->bias, w.bk = attn->k_proj->bias;
@@ -277,20 +277,104 @@ TEST(Attention, MultiQueryFloat32WithBiasMatchesReferenceAndIgnoresPadding) {
   // What sits in a padding slot cannot change the real tokens.
   at::Tensor x2 = x.clone();
   x2[0][5].fill_(1e3);
-  EXPECT_TRUE(at::allclose(attn->forward(x2, rope, mask)[0].narrow(0, 0, 5), got[0].narrow(0, 0, 5), 0, 1e-6));
+  EXPECT_TRUE(at::allclose(attn->forward(x2, rope, layout)[0].narrow(0, 0, 5), got[0].narrow(0, 0, 5), 0, 1e-6));
 }
 
-TEST(Attention, SegmentMaskAndRotaryTablesMatchTheirFormulas) {
-  std::vector<std::vector<int64_t>> seg = {{0, 0, 1, 1, -1}, {0, 0, 0, -1, -1}};
-  at::Tensor mask = segment_causal_mask(at::cat({row(seg[0]), row(seg[1])}, 0));
-  ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{2, 1, 5, 5}));
-  const float inf = std::numeric_limits<float>::infinity();
-  for (int b = 0; b < 2; ++b)
-    for (int i = 0; i < 5; ++i)
-      for (int j = 0; j < 5; ++j) {
-        bool allowed = i == j || (seg[b][i] >= 0 && seg[b][j] == seg[b][i] && j <= i);
-        EXPECT_EQ(mask[b][0][i][j].item<float>(), allowed ? 0.0f : -inf) << b << " " << i << " " << j;
-      }
+TEST(Attention, SequenceLayoutFindsEverySequenceAndItsOffsets) {
+  std::vector<std::vector<int64_t>> seg = {{0, 0, 1, 1, -1, -1}, {0, 0, 0, -1, 2, 2}};
+  SequenceLayout l = sequence_layout(at::cat({row(seg[0]), row(seg[1])}, 0), c10::Device(c10::kCPU));
+  EXPECT_EQ(l.rows, 2);
+  EXPECT_EQ(l.seq_len, 6);
+  EXPECT_FALSE(l.rows_alike);
+  // {row, start, length, padding}
+  std::vector<std::vector<int64_t>> want = {{0, 0, 2, 0}, {0, 2, 2, 0}, {0, 4, 2, 1},
+                                            {1, 0, 3, 0}, {1, 3, 1, 1}, {1, 4, 2, 0}};
+  ASSERT_EQ(l.spans.size(), want.size());
+  for (size_t n = 0; n < want.size(); ++n) {
+    const auto& s = l.spans[n];
+    EXPECT_EQ((std::vector<int64_t>{s.row, s.start, s.length, int64_t(s.padding)}), want[n]) << n;
+  }
+  // Each padding token is a sequence of its own in the flat offsets.
+  at::Tensor cu = l.cu_seqlens;
+  EXPECT_EQ(cu.scalar_type(), at::kInt);
+  std::vector<int32_t> offsets(cu.data_ptr<int32_t>(), cu.data_ptr<int32_t>() + cu.numel());
+  EXPECT_EQ(offsets, (std::vector<int32_t>{0, 2, 4, 5, 6, 9, 10, 12}));
+  EXPECT_EQ(l.max_length, 3);
+
+  SequenceLayout alike = sequence_layout(at::tensor({0, 0, 1, -1, 0, 0, 1, -1}, at::kLong).view({2, 4}),
+                                         c10::Device(c10::kCPU));
+  EXPECT_TRUE(alike.rows_alike);
+  EXPECT_FALSE(sequence_layout(at::tensor({0, 0, 1, -1, 0, 1, 1, -1}, at::kLong).view({2, 4}),
+                               c10::Device(c10::kCPU))
+                   .rows_alike);
+  // A segment id that comes back after another is not a sequence.
+  try {
+    sequence_layout(row({0, 0, 1, 0}), c10::Device(c10::kCPU));
+    ADD_FAILURE() << "a split segment was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("segment 0 again at position 3"), std::string::npos) << e.what();
+  }
+}
+
+// sequence_attention against the formula, one query at a time in float64, for packed rows,
+// padding between and after sequences, rows alike and not, and grouped kv heads.
+TEST(Attention, SequenceAttentionMatchesTheFormulaForEveryLayout) {
+  at::manual_seed(31);
+  const int64_t N = 4, Nkv = 2, D = 3;
+  const std::vector<std::vector<std::vector<int64_t>>> layouts = {
+      {{0, 0, 0, 0, 0}},                                   // one sequence fills the row
+      {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}},                  // rows alike, one kernel
+      {{0, 0, 1, 1, -1}, {0, 0, 1, 1, -1}},                // rows alike, packed and padded
+      {{0, 0, 1, 1, 1}, {0, -1, -1, 3, 3}, {-1, -1, -1, -1, -1}},  // rows differ
+  };
+  for (const auto& seg : layouts) {
+    const int64_t B = seg.size(), S = seg[0].size();
+    std::vector<at::Tensor> rows;
+    for (const auto& r : seg) rows.push_back(row(r));
+    SequenceLayout layout = sequence_layout(at::cat(rows, 0), c10::Device(c10::kCPU));
+    auto f64 = at::TensorOptions().dtype(at::kDouble);
+    at::Tensor q = at::randn({B, N, S, D}, f64).requires_grad_(true);
+    at::Tensor k = at::randn({B, Nkv, S, D}, f64).requires_grad_(true);
+    at::Tensor v = at::randn({B, Nkv, S, D}, f64).requires_grad_(true);
+    at::Tensor got = sequence_attention(q, k, v, layout);
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{B, S, N * D}));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < N; ++h)
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t kv = h / (N / Nkv);
+          std::vector<int64_t> keys;
+          for (int64_t j = 0; j <= i; ++j)
+            if (seg[b][i] < 0 ? j == i : seg[b][j] == seg[b][i]) keys.push_back(j);
+          std::vector<double> p;
+          for (int64_t j : keys)
+            p.push_back((q[b][h][i] * k[b][kv][j]).sum().item<double>() / std::sqrt(double(D)));
+          double mx = *std::max_element(p.begin(), p.end()), z = 0;
+          for (double& s : p) z += s = std::exp(s - mx);
+          at::Tensor want = at::zeros({D}, f64);
+          for (size_t n = 0; n < keys.size(); ++n) want += p[n] / z * v[b][kv][keys[n]].detach();
+          EXPECT_TRUE(at::allclose(got[b][i].narrow(0, h * D, D), want, 1e-12, 1e-12))
+              << "layout " << &seg - &layouts[0] << " row " << b << " head " << h << " query " << i;
+        }
+    // Gradients: the same sums with the whole-row masked softmax (autograd through plain ops).
+    at::Tensor probe = at::randn(got.sizes(), f64);
+    (got * probe).sum().backward();
+    at::Tensor allowed = at::zeros({B, 1, S, S}, at::kBool);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j <= i; ++j) allowed[b][0][i][j] = seg[b][i] < 0 ? j == i : seg[b][j] == seg[b][i];
+    at::Tensor q2 = q.detach().requires_grad_(true), k2 = k.detach().requires_grad_(true);
+    at::Tensor v2 = v.detach().requires_grad_(true);
+    at::Tensor kk = k2.repeat_interleave(N / Nkv, 1), vv = v2.repeat_interleave(N / Nkv, 1);
+    at::Tensor scores = at::matmul(q2, kk.transpose(-1, -2)) / std::sqrt(double(D));
+    at::Tensor dense = at::matmul(at::softmax(scores.masked_fill(allowed.logical_not(), -INFINITY), -1), vv);
+    (dense.transpose(1, 2).reshape({B, S, N * D}) * probe).sum().backward();
+    EXPECT_TRUE(at::allclose(q.grad(), q2.grad(), 1e-11, 1e-12));
+    EXPECT_TRUE(at::allclose(k.grad(), k2.grad(), 1e-11, 1e-12));
+    EXPECT_TRUE(at::allclose(v.grad(), v2.grad(), 1e-11, 1e-12));
+  }
+}
+
+TEST(Attention, RotaryTablesMatchTheirFormulas) {
   const int64_t D = 6;
   const double theta = 300.0;
   at::Tensor pos = at::tensor({0, 5, 2, 17}, at::kLong).view({2, 2});

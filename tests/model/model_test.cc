@@ -62,7 +62,7 @@ TEST(Attention, ForwardMatchesNaiveLoopWithSegmentsAndPadding) {
   std::vector<int64_t> pos = {0, 1, 2, 0, 1, 0, 0}, seg = {0, 0, 0, 1, 1, -1, -1};
   auto row = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
   at::Tensor got = attn->forward(x, rotary_tables(row(pos), D, c.rope_theta, at::kDouble),
-                                 segment_causal_mask(row(seg)));
+                                 sequence_layout(row(seg), c10::Device(c10::kCPU)));
   at::Tensor want = attention_ref(ref_weights(*attn, c), x[0], pos, seg);
   for (int64_t i = 0; i < S; ++i)
     EXPECT_TRUE(at::allclose(got[0][i], want[i], 1e-10, 1e-12)) << "token " << i << got[0][i] << want[i];
@@ -77,9 +77,9 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
   at::Tensor pos = at::arange(5, at::kLong).repeat({2, 1});
   at::Tensor seg = at::tensor({0, 0, 1, 1, 1, 0, 0, 0, 0, -1}, at::kLong).view({2, 5});
   RotaryTables rope = rotary_tables(pos, c.head_dim, c.rope_theta, at::kDouble);
-  at::Tensor mask = segment_causal_mask(seg);
+  SequenceLayout layout = sequence_layout(seg, c10::Device(c10::kCPU));
   at::Tensor probe = at::randn({2, 5, c.hidden_size}, at::kDouble);
-  auto f = [&] { return (attn->forward(x, rope, mask) * probe).sum(); };
+  auto f = [&] { return (attn->forward(x, rope, layout) * probe).sum(); };
   EXPECT_LT(fd_check(f, x), 1e-6);
   for (at::Tensor p : {attn->q_proj->weight, attn->k_proj->weight, attn->v_proj->weight,
                        attn->o_proj->weight, attn->q_norm->weight, attn->k_norm->weight})
