@@ -113,21 +113,22 @@ at::Tensor own_values(const at::Tensor& v, int64_t heads, c10::ScalarType dtype)
   return (rep > 1 ? v.repeat_interleave(rep, 1) : v).to(dtype);
 }
 
-// One row's spans (or every row's, when the rows are alike) over q, k, v [b,N,S,D].
+// One row's spans (or every row's, when the rows are alike) over q, k, v [b,N,S,D]. The
+// tensors are split, not sliced: the backward of a split is one concatenation, where
+// each slice's would write a whole zero-filled gradient.
 at::Tensor attend_spans(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::vector<SequenceLayout::Span>& spans, size_t first, size_t end) {
   if (end - first == 1 && !spans[first].padding)  // one sequence fills the row
     return compat::scaled_dot_product_attention(q, k, v, /*causal=*/true);
-  std::vector<at::Tensor> parts;
-  parts.reserve(end - first);
-  for (size_t n = first; n < end; ++n) {
-    const auto& s = spans[n];
-    at::Tensor vs = v.narrow(2, s.start, s.length);
-    parts.push_back(s.padding ? own_values(vs, q.size(1), q.scalar_type())
-                              : compat::scaled_dot_product_attention(q.narrow(2, s.start, s.length),
-                                                                     k.narrow(2, s.start, s.length), vs,
-                                                                     /*causal=*/true));
-  }
+  std::vector<int64_t> lengths;
+  for (size_t n = first; n < end; ++n) lengths.push_back(spans[n].length);
+  std::vector<at::Tensor> qs = q.split_with_sizes(lengths, 2), ks = k.split_with_sizes(lengths, 2),
+                          vs = v.split_with_sizes(lengths, 2), parts;
+  parts.reserve(lengths.size());
+  for (size_t n = 0; n < lengths.size(); ++n)
+    parts.push_back(spans[first + n].padding
+                        ? own_values(vs[n], q.size(1), q.scalar_type())
+                        : compat::scaled_dot_product_attention(qs[n], ks[n], vs[n], /*causal=*/true));
   return at::cat(parts, 2);
 }
 
@@ -148,13 +149,12 @@ at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at
   if (layout.rows_alike) {
     out = attend_spans(q, k, v, layout.spans, 0, layout.spans.size() / B);
   } else {
-    std::vector<at::Tensor> rows;
+    std::vector<at::Tensor> qs = q.split(1, 0), ks = k.split(1, 0), vs = v.split(1, 0), rows;
     size_t first = 0;
     for (int64_t b = 0; b < B; ++b) {
       size_t end = first;
       while (end < layout.spans.size() && layout.spans[end].row == b) ++end;
-      rows.push_back(attend_spans(q.narrow(0, b, 1), k.narrow(0, b, 1), v.narrow(0, b, 1), layout.spans,
-                                  first, end));
+      rows.push_back(attend_spans(qs[b], ks[b], vs[b], layout.spans, first, end));
       first = end;
     }
     out = at::cat(rows, 0);
