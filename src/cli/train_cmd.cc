@@ -56,6 +56,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                 "recompute each decoder layer in backward (less memory, ~1/3 more compute)");
   cmd->add_flag("--fsdp,!--no-fsdp", o->fsdp,
                 "shard decoder layers over the ranks (ZeRO-3); gathered only while a layer runs");
+  cmd->add_option("--fsdp-overlap", o->fsdp_overlap,
+                  "with --fsdp: all-gather the next layer and reduce-scatter gradients while layers compute "
+                  "(one more layer held whole): auto (on a GPU), on, off")
+      ->capture_default_str();
   cmd->add_option("--ep", o->ep,
                   "expert parallelism: shard each MoE layer's experts over N ranks (N divides the "
                   "world size; ep_fsdp = W / N replicas, sharded too with --fsdp)")->capture_default_str();

@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "core/compat.h"
@@ -26,6 +27,63 @@ uint64_t Comm::total_bytes_sent() const {
 namespace {
 
 uint64_t nbytes(const at::Tensor& t) { return uint64_t(t.numel()) * t.element_size(); }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+[[noreturn]] void collective_failed(const char* op, int rank, const std::exception& e) {
+  fail("rank ", rank, ": ", op, " failed (another rank may have exited or timed out): ", first_line(e.what()));
+}
+
+// Starts a c10d collective; a failure to start reads as a failure to finish.
+template <typename F>
+c10::intrusive_ptr<c10d::Work> start_work(const char* op, int rank, F&& start) {
+  try {
+    return start();
+  } catch (const std::exception& e) {
+    collective_failed(op, rank, e);
+  }
+}
+
+void wait_work(c10d::Work& work, const char* op, int rank) {
+  try {
+    work.wait();
+  } catch (const std::exception& e) {
+    collective_failed(op, rank, e);
+  }
+}
+
+// A blocking collective.
+template <typename F>
+void run_collective(const char* op, int rank, F&& start) {
+  wait_work(*start_work(op, rank, start), op, rank);
+}
+
+// A c10d work in flight and what makes its result once it is done. `finish` holds the
+// work's tensors, so they live as long as the collective.
+class WorkInFlight : public PendingCollective {
+ public:
+  WorkInFlight(c10::intrusive_ptr<c10d::Work> work, std::function<at::Tensor()> finish, const char* op, int rank)
+      : work_(std::move(work)), finish_(std::move(finish)), op_(op), rank_(rank) {}
+  ~WorkInFlight() override {
+    if (!work_) return;
+    try {
+      work_->wait();
+    } catch (...) {  // the rank is failing already; nothing left to report to
+    }
+  }
+  at::Tensor wait() override {
+    GLINT_ASSERT(work_, op_, " waited for twice");
+    c10::intrusive_ptr<c10d::Work> work = std::move(work_);
+    wait_work(*work, op_, rank_);
+    return finish_();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<at::Tensor()> finish_;
+  const char* op_;
+  int rank_;
+};
 
 // One process: every collective is the identity (or a copy).
 class SoloComm : public Comm {
@@ -122,42 +180,50 @@ class GlooComm : public Comm {
       return;
     }
     std::vector<at::Tensor> v{t};
-    run("all_reduce", [&] { return pg_->allreduce(v); });
+    run_collective("all_reduce", rank_, [&] { return pg_->allreduce(v); });
     count("all_reduce", 2 * nbytes(t) * (size_ - 1) / size_);  // ring all-reduce volume
   }
 
-  at::Tensor all_gather(const at::Tensor& t) override {
-    if (!gloo_carries(t)) return from_bytes(all_gather(as_bytes(t)), t);
-    at::Tensor in = t.contiguous();
+  at::Tensor all_gather(const at::Tensor& t) override { return start_all_gather(t)->wait(); }
+  at::Tensor reduce_scatter_sum(const at::Tensor& t) override { return start_reduce_scatter_sum(t)->wait(); }
+
+  std::unique_ptr<PendingCollective> start_all_gather(const at::Tensor& t) override {
+    const bool raw = !gloo_carries(t);
+    at::Tensor in = raw ? as_bytes(t) : t.contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] *= size_;
     at::Tensor out = at::empty(shape, in.options());
     // Gather straight into dim-0 chunks of one flat buffer (no _allgather_base in 1.13).
     std::vector<std::vector<at::Tensor>> outs{out.chunk(size_, 0)};
     std::vector<at::Tensor> ins{in};
-    run("all_gather", [&] { return pg_->allgather(outs, ins); });
+    auto work = start_work("all_gather", rank_, [&] { return pg_->allgather(outs, ins); });
     count("all_gather", nbytes(in) * (size_ - 1));
-    return out;
+    at::Tensor like = t;
+    return std::make_unique<WorkInFlight>(
+        work, [out, in, like, raw] { return raw ? from_bytes(out, like) : out; }, "all_gather", rank_);
   }
 
-  at::Tensor reduce_scatter_sum(const at::Tensor& t) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const at::Tensor& t) override {
     GLINT_CHECK(t.size(0) % size_ == 0, "rank ", rank_, ": reduce_scatter of ", t.size(0),
                 " rows over ", size_, " ranks");
     // All-to-all of equal chunks, then a local sum: the bytes of a real reduce-scatter.
-    int64_t n = t.size(0) / size_;
+    const int64_t n = t.size(0) / size_;
     std::vector<int64_t> counts(size_, n);
-    at::Tensor received = exchange(t.contiguous(), counts, counts, "reduce_scatter");
     std::vector<int64_t> shape = t.sizes().vec();
     shape[0] = n;
     shape.insert(shape.begin(), size_);
-    // Low-precision chunks travel as they are and are summed in float32 here.
-    if (!gloo_carries(t)) return received.view(shape).sum(0, false, at::kFloat).to(t.scalar_type());
-    return received.view(shape).sum(0);
+    const auto dtype = t.scalar_type();
+    const bool narrow = !gloo_carries(t);
+    return start_exchange(t.contiguous(), counts, counts, "reduce_scatter", [shape, dtype, narrow](at::Tensor received) {
+      // Low-precision chunks travel as they are and are summed in float32 here.
+      if (narrow) return received.view(shape).sum(0, false, at::kFloat).to(dtype);
+      return received.view(shape).sum(0);
+    });
   }
 
   at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send,
                         const std::vector<int64_t>& recv) override {
-    return exchange(t.contiguous(), send, recv, "all_to_all");
+    return start_exchange(t.contiguous(), send, recv, "all_to_all", [](at::Tensor out) { return out; })->wait();
   }
 
   void broadcast(at::Tensor& t, int root) override {
@@ -165,7 +231,7 @@ class GlooComm : public Comm {
     std::vector<at::Tensor> v{gloo_carries(t) ? t : as_bytes(t)};  // a view: t receives
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    run("broadcast", [&] { return pg_->broadcast(v, o); });
+    run_collective("broadcast", rank_, [&] { return pg_->broadcast(v, o); });
     if (rank_ == root) count("broadcast", nbytes(t) * (size_ - 1));
   }
 
@@ -186,18 +252,16 @@ class GlooComm : public Comm {
     }
     c10d::GatherOptions o;
     o.rootRank = root;
-    run("gather", [&] { return pg_->gather(outs, ins, o); });
+    run_collective("gather", rank_, [&] { return pg_->gather(outs, ins, o); });
     if (rank_ != root) count("gather", nbytes(in));
     return out;
   }
 
   void barrier() override {
-    run("barrier", [&] { return pg_->barrier(); });
+    run_collective("barrier", rank_, [&] { return pg_->barrier(); });
   }
 
  private:
-  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
   // Gloo (1.13's at least) has no bf16: 16-bit floats move as raw bytes and are summed
   // in float32.
   static bool gloo_carries(const at::Tensor& t) {
@@ -239,34 +303,29 @@ class GlooComm : public Comm {
     return buf;
   }
 
-  at::Tensor exchange(const at::Tensor& in, const std::vector<int64_t>& send,
-                      const std::vector<int64_t>& recv, const char* op) {
-    if (!gloo_carries(in)) return from_bytes(exchange(as_bytes(in), send, recv, op), in);
+  // Starts the uneven all-to-all of t's rows (16-bit floats as raw bytes); the result
+  // is then(the received rows, in t's dtype).
+  std::unique_ptr<PendingCollective> start_exchange(const at::Tensor& t, const std::vector<int64_t>& send,
+                                                    const std::vector<int64_t>& recv, const char* op,
+                                                    std::function<at::Tensor(at::Tensor)> then) {
     GLINT_ASSERT(int(send.size()) == size_ && int(recv.size()) == size_);
-    GLINT_ASSERT(std::accumulate(send.begin(), send.end(), int64_t(0)) == in.size(0));
+    GLINT_ASSERT(std::accumulate(send.begin(), send.end(), int64_t(0)) == t.size(0));
+    const bool raw = !gloo_carries(t);
+    at::Tensor in = raw ? as_bytes(t) : t;
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t(0));
     at::Tensor out = at::empty(shape, in.options());
-    at::Tensor src = in;
     // alltoall_base empties the split vectors it is given: pass copies.
     std::vector<int64_t> out_splits = recv, in_splits = send;
-    run(op, [&] { return pg_->alltoall_base(out, src, out_splits, in_splits); });
+    auto work = start_work(op, rank_, [&] { return pg_->alltoall_base(out, in, out_splits, in_splits); });
     int64_t row = in.size(0) ? in.numel() / in.size(0) : 0;
     uint64_t sent = 0;
     for (int j = 0; j < size_; ++j)
       if (j != rank_) sent += uint64_t(send[j] * row) * in.element_size();
     count(op, sent);
-    return out;
-  }
-
-  template <typename F>
-  void run(const char* op, F&& start) {
-    try {
-      start()->wait();
-    } catch (const std::exception& e) {
-      fail("rank ", rank_, ": ", op, " failed (another rank may have exited or timed out): ",
-           first_line(e.what()));
-    }
+    at::Tensor like = t;
+    return std::make_unique<WorkInFlight>(
+        work, [out, in, like, raw, then] { return then(raw ? from_bytes(out, like) : out); }, op, rank_);
   }
 
   int rank_, size_;
@@ -306,31 +365,40 @@ class NcclComm : public Comm {
     GLINT_ASSERT(t.is_contiguous());
     at::Tensor d = wide(on_device(t));
     std::vector<at::Tensor> v{d};
-    run("all_reduce", [&] { return pg_->allreduce(v); });
+    run_collective("all_reduce", rank_, [&] { return pg_->allreduce(v); });
     if (!d.is_same(t)) t.copy_(d);
     count("all_reduce", 2 * nbytes(d) * (size_ - 1) / size_);
   }
 
-  at::Tensor all_gather(const at::Tensor& t) override {
+  at::Tensor all_gather(const at::Tensor& t) override { return start_all_gather(t)->wait(); }
+  at::Tensor reduce_scatter_sum(const at::Tensor& t) override { return start_reduce_scatter_sum(t)->wait(); }
+
+  // NCCL runs collectives on its own stream: a started one overlaps the compute that the
+  // current stream is given until wait() makes that stream wait for it.
+  std::unique_ptr<PendingCollective> start_all_gather(const at::Tensor& t) override {
     at::Tensor in = on_device(t).contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] *= size_;
     at::Tensor out = at::empty(shape, in.options());
-    run("all_gather", [&] { return pg_->_allgather_base(out, in); });
+    auto work = start_work("all_gather", rank_, [&] { return pg_->_allgather_base(out, in); });
     count("all_gather", nbytes(in) * (size_ - 1));
-    return out.to(t.device());
+    const c10::Device home = t.device();
+    return std::make_unique<WorkInFlight>(work, [out, in, home] { return out.to(home); }, "all_gather", rank_);
   }
 
-  at::Tensor reduce_scatter_sum(const at::Tensor& t) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const at::Tensor& t) override {
     GLINT_CHECK(t.size(0) % size_ == 0, "rank ", rank_, ": reduce_scatter of ", t.size(0), " rows over ", size_,
                 " ranks");
     at::Tensor in = wide(on_device(t)).contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] /= size_;
     at::Tensor out = at::empty(shape, in.options());
-    run("reduce_scatter", [&] { return pg_->_reduce_scatter_base(out, in); });
+    auto work = start_work("reduce_scatter", rank_, [&] { return pg_->_reduce_scatter_base(out, in); });
     count("reduce_scatter", nbytes(in) * (size_ - 1) / size_);
-    return out.to(t.device(), t.scalar_type());
+    const c10::Device home = t.device();
+    const auto dtype = t.scalar_type();
+    return std::make_unique<WorkInFlight>(work, [out, in, home, dtype] { return out.to(home, dtype); },
+                                          "reduce_scatter", rank_);
   }
 
   at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send,
@@ -341,7 +409,7 @@ class NcclComm : public Comm {
     shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t(0));
     at::Tensor out = at::empty(shape, in.options());
     std::vector<int64_t> out_splits = recv, in_splits = send;  // copies: the call may consume them
-    run("all_to_all", [&] { return pg_->alltoall_base(out, in, out_splits, in_splits); });
+    run_collective("all_to_all", rank_, [&] { return pg_->alltoall_base(out, in, out_splits, in_splits); });
     int64_t row = in.size(0) ? in.numel() / in.size(0) : 0;
     uint64_t sent = 0;
     for (int j = 0; j < size_; ++j)
@@ -356,7 +424,7 @@ class NcclComm : public Comm {
     std::vector<at::Tensor> v{d};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    run("broadcast", [&] { return pg_->broadcast(v, o); });
+    run_collective("broadcast", rank_, [&] { return pg_->broadcast(v, o); });
     if (!d.is_same(t)) t.copy_(d);
     if (rank_ == root) count("broadcast", nbytes(t) * (size_ - 1));
   }
@@ -368,24 +436,13 @@ class NcclComm : public Comm {
   }
 
   void barrier() override {
-    run("barrier", [&] { return pg_->barrier(); });
+    run_collective("barrier", rank_, [&] { return pg_->barrier(); });
   }
 
  private:
   at::Tensor on_device(const at::Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
   static at::Tensor wide(const at::Tensor& t) {
     return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ? t.to(at::kFloat) : t;
-  }
-
-  template <typename F>
-  void run(const char* op, F&& start) {
-    try {
-      start()->wait();
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      fail("rank ", rank_, ": ", op, " failed (another rank may have exited or timed out): ",
-           what.substr(0, what.find('\n')));
-    }
   }
 
   int rank_, size_;
@@ -408,6 +465,14 @@ std::shared_ptr<Comm> Comm::create(const World& world, const c10::Device& device
 #endif
   }
   return std::make_shared<GlooComm>(world);
+}
+
+std::unique_ptr<PendingCollective> Comm::start_all_gather(const at::Tensor& t) {
+  return std::make_unique<ReadyCollective>(all_gather(t));
+}
+
+std::unique_ptr<PendingCollective> Comm::start_reduce_scatter_sum(const at::Tensor& t) {
+  return std::make_unique<ReadyCollective>(reduce_scatter_sum(t));
 }
 
 std::string Comm::broadcast_text(const std::string& text, int root) {

@@ -13,11 +13,32 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/world.h"
 
 namespace glint {
+
+// A collective started and not yet waited for (Comm::start_*).
+class PendingCollective {
+ public:
+  // One dropped unwaited waits for its collective (errors then go unreported).
+  virtual ~PendingCollective() = default;
+  // Blocks until the collective is done (with NCCL: until the current CUDA stream waits
+  // for it) and returns its result. Once only. Throws as the blocking form does.
+  virtual at::Tensor wait() = 0;
+};
+
+// A result that was there from the start (a group of one, a blocking fallback).
+class ReadyCollective : public PendingCollective {
+ public:
+  explicit ReadyCollective(at::Tensor result) : result_(std::move(result)) {}
+  at::Tensor wait() override { return std::move(result_); }
+
+ private:
+  at::Tensor result_;
+};
 
 class Comm {
  public:
@@ -39,6 +60,11 @@ class Comm {
   virtual at::Tensor all_gather(const at::Tensor& t) = 0;
   // t [size * n, ...] on every rank -> [n, ...]: chunk r of the sum over ranks on rank r.
   virtual at::Tensor reduce_scatter_sum(const at::Tensor& t) = 0;
+  // all_gather and reduce_scatter_sum started without waiting, so that communication
+  // overlaps compute: the result comes from wait(). Several may be in flight, with other
+  // collectives on the group between; every rank starts them in the same order.
+  virtual std::unique_ptr<PendingCollective> start_all_gather(const at::Tensor& t);
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const at::Tensor& t);
   // Uneven all-to-all along dim 0: rows [sum(send[:j]), +send[j]) go to rank j; the
   // result holds recv[i] rows from each rank i, in rank order. send/recv: [size].
   virtual at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts,

@@ -28,6 +28,12 @@ struct FsdpRunner::Unit {
   bool gathered = false;
 };
 
+// Collectives started for one unit, one per part (null where the part's group is one rank).
+struct FsdpRunner::InFlight {
+  int64_t unit = -1;
+  std::vector<std::unique_ptr<PendingCollective>> parts;
+};
+
 namespace {
 at::Tensor empty_like_storage(const at::Tensor& p) { return at::empty({0}, p.options()); }
 
@@ -46,8 +52,8 @@ std::pair<std::vector<int64_t>, int64_t> checkpoint_extent(CausalLMImpl& model, 
 
 FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
                        std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt,
-                       std::shared_ptr<Comm> expert_comm)
-    : trainable_base_(trainable_base), adapters_(std::move(adapters)) {
+                       std::shared_ptr<Comm> expert_comm, bool overlap)
+    : trainable_base_(trainable_base), overlap_(overlap), adapters_(std::move(adapters)) {
   at::NoGradGuard no_grad;
   // Units: one per decoder layer, then the root (embeddings, final norm, lm_head); in a
   // layer, part 0 holds the non-expert parameters, part 1 the experts (with expert_comm).
@@ -116,14 +122,25 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
 
 FsdpRunner::~FsdpRunner() = default;
 
+void FsdpRunner::prefetch(int64_t u) {
+  auto next = std::make_unique<InFlight>();
+  next->unit = u;
+  for (auto& part : units_[u]->parts)
+    next->parts.push_back(part.comm->size() == 1 ? nullptr
+                                                  : part.comm->start_all_gather(shards_[part.shard].detach()));
+  prefetched_ = std::move(next);  // one not taken (a schedule that changed) is waited for and dropped
+}
+
 void FsdpRunner::gather(int64_t u) {
   Unit& unit = *units_[u];
   if (unit.gathered) return;
   at::NoGradGuard no_grad;
-  for (auto& part : unit.parts) {
-    const at::Tensor& shard = shards_[part.shard];
+  if (!prefetched_ || prefetched_->unit != u) prefetch(u);
+  std::unique_ptr<InFlight> started = std::move(prefetched_);
+  for (size_t k = 0; k < unit.parts.size(); ++k) {
+    Part& part = unit.parts[k];
     // A group of one holds the whole buffer: the parameters view the shard itself.
-    at::Tensor full = part.comm->size() == 1 ? shard.detach() : part.comm->all_gather(shard.detach());
+    at::Tensor full = started->parts[k] ? started->parts[k]->wait() : shards_[part.shard].detach();
     int64_t off = 0;
     for (size_t i = 0; i < part.params.size(); ++i) {
       int64_t n = c10::multiply_integers(part.shapes[i]);
@@ -135,6 +152,15 @@ void FsdpRunner::gather(int64_t u) {
   unit.gathered = true;
 }
 
+void FsdpRunner::before_compute(int64_t index, bool in_backward) {
+  gather(index);
+  const int64_t next = in_backward ? index - 1 : index + 1;
+  if (overlap_ && next >= 0 && next < root_unit() && !units_[next]->gathered) {
+    at::NoGradGuard no_grad;
+    prefetch(next);
+  }
+}
+
 void FsdpRunner::release(int64_t u) {
   Unit& unit = *units_[u];
   if (!unit.gathered) return;
@@ -143,17 +169,62 @@ void FsdpRunner::release(int64_t u) {
   unit.gathered = false;
 }
 
+namespace {
+// Unit u's gradient of one part as a flat buffer of the part's padded length.
+at::Tensor flat_gradient(const std::vector<at::Tensor>& params, int64_t padded) {
+  std::vector<at::Tensor> g;
+  int64_t n = 0;
+  for (auto& p : params) {
+    g.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
+    n += p.numel();
+  }
+  if (padded > n) g.push_back(at::zeros({padded - n}, g.front().options()));
+  return at::cat(g);
+}
+}  // namespace
+
 std::vector<at::Tensor> FsdpRunner::reduce_scatter_grads(int64_t u) {
   std::vector<at::Tensor> out;
   for (auto& part : units_[u]->parts) {
-    std::vector<at::Tensor> g;
-    for (auto& p : part.params)
-      g.push_back(p.grad().defined() ? p.grad().reshape({-1}) : at::zeros({p.numel()}, p.options()));
-    at::Tensor flat = at::cat(g);
-    if (part.padded > part.numel) flat = at::cat({flat, at::zeros({part.padded - part.numel}, flat.options())});
+    at::Tensor flat = flat_gradient(part.params, part.padded);
     out.push_back(part.comm->size() == 1 ? flat : part.comm->reduce_scatter_sum(flat));
   }
   return out;
+}
+
+std::vector<at::Tensor> FsdpRunner::reduce_shard_grads(int64_t u) {
+  auto started = std::make_unique<InFlight>();
+  started->unit = u;
+  for (auto& part : units_[u]->parts) {
+    at::Tensor flat = flat_gradient(part.params, part.padded);
+    started->parts.push_back(part.comm->size() == 1 ? std::make_unique<ReadyCollective>(flat)
+                                                     : part.comm->start_reduce_scatter_sum(flat));
+  }
+  reducing_.push_back(std::move(started));
+  // Two in flight at most: the older ones are done by now, or the wait bounds memory.
+  while (reducing_.size() > (overlap_ ? 2u : 0u)) {
+    std::unique_ptr<InFlight> oldest = std::move(reducing_.front());
+    reducing_.erase(reducing_.begin());
+    const auto& parts = units_[oldest->unit]->parts;
+    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, oldest->parts[k]->wait());
+  }
+  return std::vector<at::Tensor>(units_[u]->parts.size());
+}
+
+void FsdpRunner::settle_gradients() {
+  at::NoGradGuard no_grad;
+  for (auto& in_flight : reducing_) {
+    const auto& parts = units_[in_flight->unit]->parts;
+    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, in_flight->parts[k]->wait());
+  }
+  reducing_.clear();
+}
+
+void FsdpRunner::accumulate(size_t shard, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  at::Tensor& s = shards_[shard];
+  if (s.grad().defined()) s.mutable_grad().add_(grad);
+  else s.mutable_grad() = grad;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> FsdpRunner::gather_named(
@@ -182,13 +253,10 @@ void FsdpRunner::begin_root() {
 void FsdpRunner::end_root() {
   int64_t root = root_unit();
   if (trainable_base_) {
+    settle_gradients();
     std::vector<at::Tensor> g = reduce_scatter_grads(root);
     const auto& parts = units_[root]->parts;
-    for (size_t k = 0; k < parts.size(); ++k) {
-      at::Tensor& shard = shards_[parts[k].shard];
-      if (shard.grad().defined()) shard.mutable_grad().add_(g[k]);
-      else shard.mutable_grad() = g[k];
-    }
+    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, g[k]);
     for (auto& p : units_[root]->all_params) {
       p.mutable_grad() = at::Tensor();
       p.requires_grad_(false);

@@ -1,6 +1,11 @@
 // FSDP (ZeRO-3): each decoder layer's parameters are flat buffers split evenly over the
 // ranks of a group; the full buffers are all-gathered just before the layer runs and
 // freed right after, in forward and again in backward (where the layer is recomputed).
+// With `overlap`, while layer i computes, the all-gather of the layer that runs next
+// (i+1 in forward, i-1 in backward) is in flight, so at most two layers are whole at
+// once; and each layer's gradient reduce-scatter runs while the layers before it compute
+// their backward (at most two in flight), its result added to the shard's gradient by
+// end_root or settle_gradients().
 // The root unit (embeddings, final norm, lm_head) is sharded the same way and gathered
 // for the length of a step (begin_root / end_root). With trainable base weights (full
 // fine-tuning), each buffer's gradient is reduce-scattered into its shard, the only copy
@@ -36,17 +41,22 @@ class FsdpRunner : public RecomputeRunner {
   // tensors requiring grad that layer l uses (LoRA A/B). expert_comm: when set, expert
   // parameters form a separate part per layer sharded over it (the experts must already
   // be this EP rank's slice); when null they are sharded with the rest of the layer.
+  // overlap: prefetch and asynchronous reduce-scatter (above).
   FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool trainable_base,
              std::vector<std::vector<at::Tensor>> adapters, const CheckpointReader* ckpt = nullptr,
-             std::shared_ptr<Comm> expert_comm = nullptr);
+             std::shared_ptr<Comm> expert_comm = nullptr, bool overlap = false);
   ~FsdpRunner() override;
 
-  void before_compute(int64_t index) override { gather(index); }
+  void before_compute(int64_t index, bool in_backward) override;
   void after_compute(int64_t index) override { release(index); }
   std::vector<at::Tensor> grad_inputs(int64_t index) override;
   int64_t num_shards(int64_t index) const override;
   std::vector<at::Tensor>* shard_params(int64_t index) override;
-  std::vector<at::Tensor> reduce_shard_grads(int64_t index) override { return reduce_scatter_grads(index); }
+  // Starts the reduce-scatter of layer `index`'s gradients; returns undefined tensors.
+  std::vector<at::Tensor> reduce_shard_grads(int64_t index) override;
+  // Waits for the reduce-scatters in flight and adds their results to the shards'
+  // gradients (end_root does, before the optimizer reads them).
+  void settle_gradients();
 
   // Around every use of the model (a training step, an evaluation, an export): gathers
   // the root unit; end_root reduce-scatters its gradients (full training) and frees it.
@@ -67,7 +77,8 @@ class FsdpRunner : public RecomputeRunner {
   bool is_expert_shard(size_t i) const { return shard_is_expert_.at(i); }
 
   // Collective: puts unit u's full weights back into its parameters (gather), or frees
-  // them again (release). Used around a layer's compute and to export the model.
+  // them again (release). Used around a layer's compute and to export the model. A
+  // gather started ahead (prefetch) is waited for rather than started again.
   void gather(int64_t unit);
   void release(int64_t unit);
   // Reduce-scatters the gradients of unit u's (gathered) parameters, one per part.
@@ -76,7 +87,14 @@ class FsdpRunner : public RecomputeRunner {
  private:
   struct Part;
   struct Unit;
-  bool trainable_base_;
+  struct InFlight;
+  // Starts the all-gathers of unit u (nothing for parts whose group is one rank).
+  void prefetch(int64_t unit);
+  // A reduce-scatter's result for a shard, added to its gradient.
+  void accumulate(size_t shard, const at::Tensor& grad);
+  std::unique_ptr<InFlight> prefetched_;
+  std::vector<std::unique_ptr<InFlight>> reducing_;  // oldest first
+  bool trainable_base_, overlap_;
   std::vector<std::shared_ptr<Unit>> units_;
   std::vector<at::Tensor> shards_;
   std::vector<bool> shard_is_expert_;

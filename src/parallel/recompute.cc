@@ -60,7 +60,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     c10::List<at::Tensor> rest;
     for (size_t i = 1; i < inputs.size(); ++i) rest.push_back(inputs[i]);
     ctx->saved_data["rest"] = rest;
-    call->runner->before_compute(call->index);
+    call->runner->before_compute(call->index, /*in_backward=*/false);
     call->rng_state = cpu_rng_state();
     variable_list out = call->compute(inputs[0]);
     call->runner->after_compute(call->index);
@@ -74,7 +74,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     const int64_t shards = runner.num_shards(call->index);
     // One gradient per argument of forward: none for `call`, then x, then `rest`.
     variable_list result(2 + rest.size());
-    runner.before_compute(call->index);
+    runner.before_compute(call->index, /*in_backward=*/true);
     std::vector<at::Tensor>* params = shards > 0 ? runner.shard_params(call->index) : nullptr;
     if (params)
       for (auto& p : *params) p.requires_grad_(true);
@@ -139,7 +139,7 @@ at::Tensor RecomputeRunner::run(int64_t index, DecoderLayerImpl& layer, const at
                                 const RotaryTables& rope, const SequenceLayout& layout,
                                 std::vector<at::Tensor>* router_logits) {
   if (!at::GradMode::is_enabled()) {  // inference: nothing to recompute
-    before_compute(index);
+    before_compute(index, /*in_backward=*/false);
     at::Tensor y = layer.forward(x, rope, layout, router_logits);
     after_compute(index);
     return y;

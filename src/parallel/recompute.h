@@ -19,8 +19,9 @@ class RecomputeRunner : public LayerRunner {
                  const RotaryTables& rope, const SequenceLayout& layout,
                  std::vector<at::Tensor>* router_logits) final;
 
-  // Called around every forward of layer `index` (also the recompute in backward).
-  virtual void before_compute(int64_t index) {}
+  // Called around every forward of layer `index`: in_backward for the recompute in
+  // backward (layers then come in reverse order).
+  virtual void before_compute(int64_t index, bool in_backward) {}
   virtual void after_compute(int64_t index) {}
   // Tensors requiring grad, besides the layer input, whose gradients backward returns.
   // The first num_shards(index) are shards whose gradients are reduce_shard_grads().
@@ -29,7 +30,8 @@ class RecomputeRunner : public LayerRunner {
   // With shards: the layer's (gathered) parameters, whose gradients feed the shards'.
   virtual std::vector<at::Tensor>* shard_params(int64_t index) { return nullptr; }
   // With shards: turns the gradients held in *shard_params(index) into the shards', one
-  // per shard in grad_inputs order.
+  // per shard in grad_inputs order. An undefined one means the runner accumulates that
+  // shard's gradient itself, later (an asynchronous reduction).
   virtual std::vector<at::Tensor> reduce_shard_grads(int64_t index) { return {}; }
 };
 

@@ -114,8 +114,10 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
     double layer = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) layer = std::max(layer, layer_parameters(c, l, in.ep));
     double root = double(c.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2) + H;
-    double gathered = (layer + root) * b;
-    if (in.full) gathered *= 2;  // and their gradients before the reduce-scatter
+    // The layer running and the next one, prefetched; with --full, two layers' gradients
+    // in flight to the reduce-scatter and the root's.
+    double gathered = (2 * layer + root) * b;
+    if (in.full) gathered *= 2;
     m.gathered_mb = gathered / kMb;
   }
   m.data_mb = double(in.data_bytes) / kMb;

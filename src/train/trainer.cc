@@ -39,6 +39,8 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(steps > 0, "--steps must be positive, got ", steps);
   GLINT_USAGE_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
   GLINT_USAGE_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
+  GLINT_USAGE_CHECK(fsdp_overlap == "auto" || fsdp_overlap == "on" || fsdp_overlap == "off",
+                    "--fsdp-overlap must be auto, on or off, got '", fsdp_overlap, "'");
   if (micro_batch_size > 0)
     GLINT_USAGE_CHECK(batch_size % micro_batch_size == 0, "--batch-size (", batch_size,
                 ") must be a multiple of --micro-batch-size (", micro_batch_size, ")");
@@ -196,8 +198,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     if (!opt_.full)
       for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
         adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
+    const bool overlap =
+        opt_.fsdp_overlap == "on" || (opt_.fsdp_overlap == "auto" && model_->placement.device.is_cuda());
     fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get(),
-                                         ep ? expert_replicas_ : nullptr);
+                                         ep ? expert_replicas_ : nullptr, overlap);
     model_->layer_runner = fsdp_;
     if (opt_.full) {  // nothing replicated: every trainable tensor is a shard
       trainable_ = fsdp_->shards();

@@ -70,6 +70,10 @@ struct TrainOptions {
   bool activation_checkpointing = false;  // recompute each decoder layer in backward
   bool fsdp = false;             // shard decoder layers over the ranks (ZeRO-3; implies
                                  // recomputing each layer in backward)
+  // FSDP: gather the next layer and reduce-scatter gradients while layers compute: "on",
+  // "off", or "auto" (on for a GPU, where NCCL runs on a stream of its own; off on the
+  // CPU, where Gloo's threads would take cores from the compute).
+  std::string fsdp_overlap = "auto";
   int64_t ep = 1;                // expert parallelism: experts sharded over ep ranks
   std::string ep_layout = "contiguous";  // EP groups: "contiguous" ranks or "strided"
   LoraOptions lora;

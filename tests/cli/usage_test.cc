@@ -183,6 +183,14 @@ TEST(Usage, ParseErrorsExitTwoWithTheParsersMessage) {
   }
 }
 
+TEST(Usage, AnFsdpOverlapOtherThanAutoOnOrOffIsRefused) {
+  std::string d = glint::testing::fresh_temp_dir("usage_fsdp_overlap");
+  RunResult r = run_glint("train --steps 1 --fsdp --fsdp-overlap sometimes --output " + d + "/out");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--fsdp-overlap must be auto, on or off, got 'sometimes'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d + "/out"));
+}
+
 TEST(Usage, AGpuTheMachineLacksIsRefusedByName) {
   std::string d = glint::testing::fresh_temp_dir("usage_cuda");
   if (!at::hasCUDA()) {  // a CPU build, or no GPU: any CUDA device is a usage error

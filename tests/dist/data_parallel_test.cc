@@ -169,13 +169,16 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
 
 // Data parallel (DDP), FSDP, activation checkpointing, and expert parallelism: ep = W,
 // ep < W with the experts replicated (ep_fsdp copies, gradients all-reduced) or sharded
-// over ep_fsdp (--fsdp), in both EP layouts.
+// over ep_fsdp (--fsdp), in both EP layouts. FSDP both ways: blocking (the CPU's
+// default) and with prefetch and asynchronous reduce-scatter (--fsdp-overlap on).
 std::vector<std::pair<int, std::string>> on_2_and_4(const std::string& flags) {
   return {{2, flags}, {4, flags}};
 }
-const std::vector<std::pair<int, std::string>> kEpMeshes = {
-    {2, "--fsdp --ep 2"}, {4, "--fsdp --ep 4"}, {4, "--fsdp --ep 2"}, {4, "--fsdp --ep 2 --ep-layout strided"}};
-const std::vector<std::pair<int, std::string>> kEp2Fsdp4 = {{4, "--fsdp --ep 2"}};
+const std::vector<std::pair<int, std::string>> kEpMeshes = {{2, "--fsdp --ep 2"},
+                                                             {4, "--fsdp --ep 4"},
+                                                             {4, "--fsdp --ep 2"},
+                                                             {4, "--fsdp --ep 2 --ep-layout strided --fsdp-overlap on"}};
+const std::vector<std::pair<int, std::string>> kEp2Fsdp4 = {{4, "--fsdp --ep 2 --fsdp-overlap on"}};
 const std::vector<std::pair<int, std::string>> kEpReplicated = {{2, "--ep 2"}, {4, "--ep 2 --activation-checkpointing"}};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -184,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{false, on_2_and_4("--fsdp"), "LoraFsdp"},
                       Variant{true, on_2_and_4("--fsdp"), "FullFsdp"},
                       Variant{false, on_2_and_4("--activation-checkpointing"), "LoraCheckpointing"},
-                      Variant{true, on_2_and_4("--fsdp --activation-checkpointing"), "FullFsdpCheckpointing"},
+                      Variant{true, on_2_and_4("--fsdp --activation-checkpointing --fsdp-overlap on"),
+                              "FullFsdpCheckpointing"},
                       Variant{false, kEpMeshes, "LoraEpFsdp"}, Variant{true, kEpMeshes, "FullEpFsdp"},
                       Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"},
                       // EP x FSDP on 4 ranks in float32 and in bf16. bf16's bars, relative:

@@ -73,6 +73,21 @@ void comm_case_in(glint::Comm& c, at::ScalarType dt) {
     std::cout << "MISMATCH all_to_all bytes" << in << " " << c.bytes_sent().at("all_to_all") - before << " vs "
               << want_bytes << "\n";
   }
+  // Started collectives: two all-gathers and a reduce-scatter in flight at once, a
+  // blocking all_reduce issued between them, waited for out of order.
+  auto g1 = c.start_all_gather(T(at::full({2, 3}, float(r))));
+  auto rs1 = c.start_reduce_scatter_sum(T(at::arange(2 * W, at::kFloat) * float(r + 1)));
+  auto g2 = c.start_all_gather(T(at::full({1, 2}, float(10 * r))));
+  at::Tensor between = T(at::full({3}, 1.0f));
+  c.all_reduce_sum(between);
+  expect_equal("all_reduce between started ones" + in, between, T(at::full({3}, float(W))));
+  at::Tensor want_g2 = at::empty({W, 2});
+  for (int i = 0; i < W; ++i) want_g2[i].fill_(float(10 * i));
+  expect_equal("started all_gather, second" + in, g2->wait(), T(want_g2));
+  expect_equal("started reduce_scatter" + in, rs1->wait(), T(at::tensor({2.0f * r, 2.0f * r + 1}) * tri));
+  expect_equal("started all_gather, first" + in, g1->wait(), T(want_g));
+  // One dropped without a wait is finished all the same (the next collective still pairs).
+  c.start_all_gather(T(at::full({1}, float(r))));
   // broadcast from the last rank.
   at::Tensor b = T(at::full({4}, float(r)));
   c.broadcast(b, W - 1);
