@@ -92,7 +92,26 @@ set +e
 ctest_rc=$?
 (cd build-gpu && GLINT_TEST_DEVICE=$device ctest --output-on-failure -R OnTheTestDevice) >>"$out/ctest.log" 2>&1 ||
   ctest_rc=1
+# Ranks over NCCL, one GPU each: 2 ranks with --ep 2 --fsdp (overlap on, the GPU default)
+# against the 1-process run on one GPU, float32, every step's loss within 1e-5 relative.
+mesh="skipped: needs 2+ GPUs, this machine has $gpus"
+if [ "$gpus" -ge 2 ] 2>/dev/null && [ "$device" = cuda ]; then
+  mesh_flags=(--steps 5 --batch-size 8 --eval-samples 0 --dtype float32 --device cuda --seed 3)
+  ./build-gpu/glint train "${mesh_flags[@]}" --output "$out/mesh-1" >"$out/mesh.log" 2>&1 &&
+    ./build-gpu/glint launch -n 2 -- ./build-gpu/glint train "${mesh_flags[@]}" --ep 2 --fsdp \
+      --output "$out/mesh-2" >>"$out/mesh.log" 2>&1 &&
+    mesh=$(python3 - "$out/mesh-1/metrics.jsonl" "$out/mesh-2/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if l.strip()] for f in sys.argv[1:3])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(("passed" if len(a) == len(b) == 5 and worst <= 1e-5 else "FAILED") + f": worst loss difference {worst:.2e}")
+PY
+    ) || mesh="FAILED: see mesh.log"
+  case "$mesh" in passed*) ;; *) ctest_rc=1 ;; esac
+fi
 set -e
+log "multi-rank over NCCL (--ep 2 --fsdp vs 1 GPU): $mesh"
+echo "$mesh" >"$out/mesh.txt"
 tests_s=$(( $(date +%s) - start ))
 summary=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tr '\n' ';' | sed 's/;$//')
 log "tests (${tests_s} s): ${summary:-no summary, see ctest.log}"
@@ -137,10 +156,12 @@ machine = json.load(open(out + "/machine.json"))
 bench = [json.loads(l) for l in open(out + "/bench.jsonl") if l.strip()]
 peer = [json.loads(l) for l in open(out + "/peer.jsonl") if l.strip()]
 report = {"machine": machine, "build_s": build_s, "tests": {"exit": rc, "summary": summary, "seconds": tests_s},
+          "multi_rank_nccl": open(out + "/mesh.txt").read().strip(),
           "bench_train": bench, "peer": peer}
 json.dump(report, open(out + "/report.json", "w"), indent=1)
 lines = [f"Machine: {machine['gpu'] or 'no GPU (dry run)'}, torch {machine['torch']} (CUDA {machine['cuda']}), "
-         f"{machine['cpu_cores']} cores. Build {build_s} s; tests: {summary} ({tests_s} s).", "",
+         f"{machine['cpu_cores']} cores. Build {build_s} s; tests: {summary} ({tests_s} s).",
+         f"Ranks over NCCL (--ep 2 --fsdp against one GPU): {report['multi_rank_nccl']}.", "",
          "| run | dtype | tokens/s | peak memory (MB) |", "|---|---|---|---|"]
 for b in bench:
     mem = b.get("peak_gpu_mb", b.get("peak_rss_mb", ""))
