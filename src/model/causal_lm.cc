@@ -4,6 +4,9 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <tuple>
+#include <unordered_map>
+
 #include "core/error.h"
 #include "model/chunked_loss.h"
 
@@ -90,6 +93,24 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
                      : dl->forward(x, rope, layout, &out.router_logits);
   }
   out.hidden = model->norm->forward(x);
+  return out;
+}
+
+std::vector<ParameterSite> parameter_sites(CausalLMImpl& model) {
+  std::unordered_map<const c10::TensorImpl*, std::pair<int64_t, bool>> where;
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    for (const auto& p : layer->parameters()) where[p.unsafeGetTensorImpl()] = {l, false};
+    if (layer->moe)
+      for (const auto& p : layer->moe->experts->parameters()) where[p.unsafeGetTensorImpl()] = {l, true};
+  }
+  std::vector<ParameterSite> out;
+  for (const auto& item : model.named_parameters()) {
+    ParameterSite site{item.key(), item.value()};
+    auto it = where.find(item.value().unsafeGetTensorImpl());
+    if (it != where.end()) std::tie(site.layer, site.expert) = it->second;
+    out.push_back(std::move(site));
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -76,6 +77,18 @@ class CausalLMImpl : public torch::nn::Module {
   std::shared_ptr<LayerRunner> layer_runner;  // null: call layers directly
 };
 TORCH_MODULE(CausalLM);
+
+// Every parameter of `model`, in named_parameters() order, with where it lives: its
+// decoder layer (-1 for the root: embeddings, final norm, lm_head) and whether it is a
+// routed-experts tensor (sliced by expert parallelism, [E_local, ...]). Found by walking
+// the module tree, never by reading the name.
+struct ParameterSite {
+  std::string name;  // the Hugging Face name
+  at::Tensor tensor;
+  int64_t layer = -1;
+  bool expert = false;
+};
+std::vector<ParameterSite> parameter_sites(CausalLMImpl& model);
 
 // Per-token cross-entropy with the causal shift: position i predicts labels[:, i+1].
 // hidden [B,S,H], labels [B,S] -> [B,S-1] float32 (0 where the label is ignored).

@@ -7,7 +7,6 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "model/weights.h"
-#include "parallel/expert_parallel.h"
 
 namespace glint {
 
@@ -16,7 +15,7 @@ struct FsdpRunner::Part {
   std::shared_ptr<Comm> comm;
   std::vector<at::Tensor> params;  // parameter tensors (storage swapped in/out)
   std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::string> names;  // the parameters' model names
+  std::vector<ParameterSite> sites;  // the parameters' names and places
   int64_t numel = 0;               // unpadded
   int64_t padded = 0;              // multiple of the group size
   size_t shard = 0;                // index into shards_
@@ -37,13 +36,12 @@ struct FsdpRunner::InFlight {
 namespace {
 at::Tensor empty_like_storage(const at::Tensor& p) { return at::empty({0}, p.options()); }
 
-// Where parameter `name` of shape `shape` lies in the checkpoint's full tensor: the full
-// shape and the flat offset of its first element (experts may be an EP slice).
-std::pair<std::vector<int64_t>, int64_t> checkpoint_extent(CausalLMImpl& model, const std::string& name,
+// Where a parameter of shape `shape` lies in the checkpoint's full tensor: the full shape
+// and the flat offset of its first element (experts may be an EP slice).
+std::pair<std::vector<int64_t>, int64_t> checkpoint_extent(CausalLMImpl& model, const ParameterSite& site,
                                                            const std::vector<int64_t>& shape) {
-  if (!is_expert_parameter(name)) return {shape, 0};
-  int64_t layer = std::stoll(name.substr(13, name.find('.', 13) - 13));
-  int64_t first = model.layer(layer)->moe->experts->first_expert;
+  if (!site.expert) return {shape, 0};
+  int64_t first = model.layer(site.layer)->moe->experts->first_expert;
   std::vector<int64_t> full = shape;
   full[0] = model.config.num_experts;
   return {full, first * (c10::multiply_integers(shape) / shape[0])};
@@ -65,16 +63,13 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
     u->parts[0].comm = comm;
     if (expert_comm) u->parts[1].comm = expert_comm;
   }
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    int64_t unit = L;
-    if (name.rfind("model.layers.", 0) == 0) unit = std::stoll(name.substr(13, name.find('.', 13) - 13));
-    Part& part = units_[unit]->parts[expert_comm && is_expert_parameter(name) ? 1 : 0];
-    part.params.push_back(item.value());
-    part.shapes.push_back(item.value().sizes().vec());
-    part.names.push_back(name);
-    part.numel += item.value().numel();
-    item.value().requires_grad_(false);
+  for (auto& site : parameter_sites(model)) {
+    Part& part = units_[site.layer < 0 ? L : site.layer]->parts[expert_comm && site.expert ? 1 : 0];
+    part.params.push_back(site.tensor);
+    part.shapes.push_back(site.tensor.sizes().vec());
+    part.sites.push_back(site);
+    part.numel += site.tensor.numel();
+    site.tensor.requires_grad_(false);
   }
   for (auto& u : units_) {
     // Drop empty parts (a dense layer has no experts).
@@ -95,9 +90,9 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
         for (size_t i = 0; i < part.params.size(); ++i) {
           int64_t numel = part.params[i].numel(), a = std::max(lo, off), b = std::min(hi, off + numel);
           if (a < b) {
-            auto [full_shape, base] = checkpoint_extent(model, part.names[i], part.shapes[i]);
+            auto [full_shape, base] = checkpoint_extent(model, part.sites[i], part.shapes[i]);
             shard.narrow(0, a - lo, b - a)
-                .copy_(read_parameter_range(*ckpt, part.names[i], full_shape, base + a - off, b - a,
+                .copy_(read_parameter_range(*ckpt, part.sites[i], full_shape, base + a - off, b - a,
                                             options.dtype().toScalarType()));
           }
           off += numel;
@@ -237,7 +232,7 @@ std::vector<std::pair<std::string, at::Tensor>> FsdpRunner::gather_named(
       int64_t off = 0;
       for (size_t i = 0; i < part.params.size(); ++i) {
         int64_t n = c10::multiply_integers(part.shapes[i]);
-        out.emplace_back(part.names[i], full.narrow(0, off, n).view(part.shapes[i]));
+        out.emplace_back(part.sites[i].name, full.narrow(0, off, n).view(part.shapes[i]));
         off += n;
       }
     }

@@ -176,11 +176,11 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     return Placement{group, group->size()};
   };
   if (opt_.full) {
-    for (auto& item : model_->named_parameters()) {
-      item.value().set_requires_grad(true);
-      trainable_.push_back(item.value());
-      trainable_names_.push_back(item.key());
-      placement_.push_back(replicated(is_expert_parameter(item.key())));
+    for (auto& site : parameter_sites(*model_)) {
+      site.tensor.set_requires_grad(true);
+      trainable_.push_back(site.tensor);
+      trainable_names_.push_back(site.name);
+      placement_.push_back(replicated(site.expert));
     }
   } else if (!opt_.tenants.empty()) {
     setup_tenants(std::move(tenant_data));
