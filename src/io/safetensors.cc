@@ -26,10 +26,12 @@ struct DtypeName {
   const char* name;
   c10::ScalarType type;
 };
+// A name's first entry is the one written for its type: U8 comes before the F8_* codes,
+// which read as raw bytes (libtorch 1.13 has no float8 dtype).
 constexpr DtypeName kDtypes[] = {
     {"F32", c10::kFloat},  {"F16", c10::kHalf},  {"BF16", c10::kBFloat16}, {"F64", c10::kDouble},
     {"I64", c10::kLong},   {"I32", c10::kInt},   {"I16", c10::kShort},     {"I8", c10::kChar},
-    {"U8", c10::kByte},    {"BOOL", c10::kBool},
+    {"U8", c10::kByte},    {"BOOL", c10::kBool}, {"F8_E4M3", c10::kByte},  {"F8_E8M0", c10::kByte},
 };
 
 // pread until `n` bytes are read; throws naming the file on error or early EOF. Linux
@@ -73,6 +75,7 @@ TensorInfo parse_entry(const std::string& where, const nlohmann::json& v, uint64
   TensorInfo info;
   const std::string dtype = v["dtype"].get<std::string>();
   info.dtype = safetensors_dtype(dtype, where);
+  info.stored_dtype = dtype;
   GLINT_CHECK(v["shape"].is_array(), where, ": shape must be an array");
   for (const auto& d : v["shape"]) {
     // Unsigned values above INT64_MAX read back negative here and are rejected too.
@@ -112,7 +115,7 @@ c10::ScalarType safetensors_dtype(const std::string& name, const std::string& wh
   for (const auto& d : kDtypes)
     if (name == d.name) return d.type;
   fail(where, ": unknown dtype '", name,
-       "' (expected F32, F16, BF16, F64, I64, I32, I16, I8, U8 or BOOL)");
+       "' (expected F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3 or F8_E8M0)");
 }
 
 std::string safetensors_dtype_name(c10::ScalarType t) {

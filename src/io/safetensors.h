@@ -19,7 +19,8 @@ namespace glint {
 
 struct TensorInfo {
   std::string name;
-  c10::ScalarType dtype;
+  c10::ScalarType dtype;     // what read() returns: c10::kByte for the F8_* raw codes
+  std::string stored_dtype;  // the header's dtype string: "F32", "U8", "F8_E4M3", ...
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // absolute byte offset of the first element in the file
   uint64_t end = 0;    // absolute byte offset one past the last byte
@@ -28,10 +29,13 @@ struct TensorInfo {
 
 // A safetensors file opened for reading. The constructor validates the whole header:
 // length inside the file, valid JSON, known dtype (F32, BF16, F16, F64, I64, I32, I16,
-// I8, U8, BOOL), non-negative shape, shape x dtype == byte size, offsets inside the data
-// buffer, no two tensors overlapping. Any violation throws glint::Error naming the
-// file, the key and the problem. Reads are pread()s of exactly the bytes needed, into
-// the returned tensor's storage; const methods are safe to call from several threads.
+// I8, U8, BOOL, and the 1-byte floats F8_E4M3 and F8_E8M0, which libtorch 1.13 has no
+// dtype for: they read as c10::kByte tensors of raw codes, see io/quantized.h, and
+// TensorInfo::stored_dtype tells them from U8), non-negative shape, shape x dtype ==
+// byte size, offsets inside the data buffer, no two tensors overlapping. Any violation
+// throws glint::Error naming the file, the key and the problem. Reads are pread()s of
+// exactly the bytes needed, into the returned tensor's storage; const methods are safe
+// to call from several threads.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -63,14 +67,16 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (any device, dtype among those above; copied to CPU contiguous) in
-// the given order, with optional string metadata. Atomic: a temp file is renamed over
-// `path` only after everything is written. Duplicate names throw glint::Error.
+// Writes `tensors` (any device, dtype among those above but F8_*: a kByte tensor is
+// written as U8; copied to CPU contiguous) in the given order, with optional string
+// metadata. Atomic: a temp file is renamed over `path` only after everything is
+// written. Duplicate names throw glint::Error.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // "F32" <-> c10::kFloat, etc. parse throws glint::Error naming `where` for unknown names.
+// "F8_E4M3" and "F8_E8M0" parse to c10::kByte; c10::kByte names "U8".
 c10::ScalarType safetensors_dtype(const std::string& name, const std::string& where);
 std::string safetensors_dtype_name(c10::ScalarType t);
 

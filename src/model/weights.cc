@@ -25,9 +25,12 @@ void check_shape(const CheckpointReader& ckpt, const std::string& key,
                  at::IntArrayRef expected) {
   GLINT_CHECK(ckpt.contains(key), ckpt.dir(), ": missing key '", key, "' (expected shape ",
               shape_str(expected), ")");
-  const auto& shape = ckpt.info(key).shape;
-  GLINT_CHECK(at::IntArrayRef(shape) == expected, ckpt.dir(), ": key '", key, "' has shape ",
-              shape_str(shape), ", expected ", shape_str(expected));
+  const auto& info = ckpt.info(key);
+  GLINT_CHECK(at::IntArrayRef(info.shape) == expected, ckpt.dir(), ": key '", key, "' has shape ",
+              shape_str(info.shape), ", expected ", shape_str(expected));
+  // Raw float8 codes read as bytes: loading them as numbers would be silently wrong.
+  GLINT_CHECK(info.stored_dtype.rfind("F8_", 0) != 0, ckpt.dir(), ": key '", key, "' is stored as ",
+              info.stored_dtype, ", a quantised form this model family does not read");
 }
 
 void copy_into(at::Tensor& param, const at::Tensor& value) {
@@ -85,13 +88,12 @@ std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
 
 void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers) {
   std::set<std::string> used;
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    if (!layers && name.rfind("model.layers.", 0) == 0) continue;
-    if (name.find(".mlp.experts.") != std::string::npos) continue;  // below
-    check_shape(ckpt, name, item.value().sizes());
-    copy_into(item.value(), ckpt.read(name));
-    used.insert(name);
+  std::vector<ParameterSite> sites = parameter_sites(model);
+  for (auto& site : sites) {
+    if ((!layers && site.layer >= 0) || site.expert) continue;  // experts: below
+    check_shape(ckpt, site.name, site.tensor.sizes());
+    copy_into(site.tensor, ckpt.read(site.name));
+    used.insert(site.name);
   }
   for (int64_t l = 0; l < model.config.num_hidden_layers && layers; ++l) {
     DecoderLayer layer = model.layer(l);
@@ -101,15 +103,13 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
   // for packed experts also the per-expert Hub keys of every expert.
   std::set<std::string> layer_keys;
   if (!layers)
-    for (auto& item : model.named_parameters()) {
-      const std::string& name = item.key();
-      if (name.rfind("model.layers.", 0) != 0) continue;
-      layer_keys.insert(name);
-      if (name.find(".mlp.experts.gate_up_proj") == std::string::npos) continue;
-      int64_t l = std::stoll(name.substr(13, name.find('.', 13) - 13));
-      layer_keys.insert("model.layers." + std::to_string(l) + ".mlp.experts.down_proj");
+    for (const auto& site : sites) {
+      if (site.layer < 0) continue;
+      layer_keys.insert(site.name);
+      if (!site.expert) continue;
       for (int64_t e = 0; e < model.config.num_experts; ++e)
-        for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) layer_keys.insert(expert_key(l, e, proj));
+        for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+          layer_keys.insert(expert_key(site.layer, e, proj));
     }
   bool partial_experts = false;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
@@ -127,22 +127,24 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
   }
 }
 
-at::Tensor read_parameter_range(const CheckpointReader& ckpt, const std::string& name,
+at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSite& site,
                                 at::IntArrayRef shape, int64_t start, int64_t count,
                                 c10::ScalarType dtype) {
+  const std::string& name = site.name;
   const std::string gu_suffix = ".mlp.experts.gate_up_proj", dn_suffix = ".mlp.experts.down_proj";
   auto ends_with = [&](const std::string& suf) {
     return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
   };
-  bool per_expert = (ends_with(gu_suffix) || ends_with(dn_suffix)) && !ckpt.contains(name);
+  bool per_expert = site.expert && !ckpt.contains(name);
   if (!per_expert) {
     check_shape(ckpt, name, shape);
     return ckpt.read_flat(name, start, count).to(dtype);
   }
   // Per-expert Hub keys: gate_up [E,2I,H] is, per expert, gate [I,H] then up [I,H];
   // down [E,H,I] is, per expert, down [H,I]. Read the runs the range covers.
-  int64_t layer = std::stoll(name.substr(13, name.find('.', 13) - 13));
-  bool gate_up = ends_with(gu_suffix);
+  const int64_t layer = site.layer;
+  const bool gate_up = ends_with(gu_suffix);
+  GLINT_ASSERT(gate_up || ends_with(dn_suffix), name, " is not a packed expert tensor");
   int64_t block = gate_up ? shape[1] / 2 * shape[2] : shape[1] * shape[2];  // one key's elements
   std::vector<at::Tensor> parts;
   for (int64_t f = start; f < start + count;) {

@@ -23,10 +23,10 @@ class CheckpointReader;
 // With layers = false, decoder layers are skipped (FSDP loads its shards of them itself).
 void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers = true);
 
-// Elements [start, start + count) of the flattened model parameter `name` (internal name,
-// packed expert layout holding all experts, expected `shape`), read from whichever form
-// the checkpoint has, converted to `dtype`: only those bytes are read.
-at::Tensor read_parameter_range(const CheckpointReader& ckpt, const std::string& name,
+// Elements [start, start + count) of the flattened model parameter at `site` (packed
+// expert layout holding all experts, expected `shape`), read from whichever form the
+// checkpoint has, converted to `dtype`: only those bytes are read.
+at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSite& site,
                                 at::IntArrayRef shape, int64_t start, int64_t count,
                                 c10::ScalarType dtype);
 

@@ -305,6 +305,42 @@ TEST(Safetensors, DtypeNames) {
   EXPECT_THROW(safetensors_dtype_name(at::kComplexFloat), Error);
 }
 
+// libtorch 1.13 has no float8: F8_E4M3 and F8_E8M0 read as raw bytes, told from U8 by
+// TensorInfo::stored_dtype; io/quantized.h decodes them.
+TEST(Safetensors, Float8DtypesReadAsRawCodes) {
+  std::string d = temp_dir("f8");
+  std::string p = d + "/f8.safetensors";
+  write_raw(p,
+            R"({"w":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,4]},)"
+            R"("s":{"dtype":"F8_E8M0","shape":[3],"data_offsets":[4,7]},)"
+            R"("u":{"dtype":"U8","shape":[1],"data_offsets":[7,8]},)"
+            R"("f":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+            bytes_of<uint8_t>({0x38, 0x7E, 0x80, 0xFF, 0, 127, 254, 9}) + floats({2}));
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.info("w").stored_dtype, "F8_E4M3");
+  EXPECT_EQ(f.info("s").stored_dtype, "F8_E8M0");
+  EXPECT_EQ(f.info("u").stored_dtype, "U8");
+  EXPECT_EQ(f.info("f").stored_dtype, "F32");
+  EXPECT_EQ(f.info("w").dtype, at::kByte);
+  at::Tensor w = f.read("w");
+  EXPECT_EQ(w.scalar_type(), at::kByte);
+  at::Tensor want = at::tensor({0x38, 0x7E, 0x80, 0xFF}, at::kInt).to(at::kByte).view({2, 2});
+  EXPECT_TRUE(at::equal(w, want));
+  EXPECT_TRUE(at::equal(f.read_rows("w", 1, 1), w.narrow(0, 1, 1)));
+  EXPECT_TRUE(at::equal(f.read("s"), at::tensor({0, 127, 254}, at::kInt).to(at::kByte)));
+  // One byte per element: a size mismatch is caught as for any dtype.
+  write_raw(p, R"({"w":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[0,4]}})", floats({1}));
+  expect_open_error(p, "size mismatch");
+  // The unknown-dtype message lists them; a kByte tensor is still written as U8.
+  write_raw(p, R"({"w":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}})", floats({1}));
+  expect_open_error(p, "F8_E4M3 or F8_E8M0");
+  EXPECT_EQ(safetensors_dtype("F8_E4M3", "test"), at::kByte);
+  EXPECT_EQ(safetensors_dtype("F8_E8M0", "test"), at::kByte);
+  EXPECT_EQ(safetensors_dtype_name(at::kByte), "U8");
+  write_safetensors(p, {{"b", at::ones({2}, at::kByte)}});
+  EXPECT_EQ(SafetensorsFile(p).info("b").stored_dtype, "U8");
+}
+
 TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
   std::string d = temp_dir("atomic");
   std::string p = d + "/w.safetensors";

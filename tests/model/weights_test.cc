@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 
 #include "core/error.h"
@@ -108,12 +110,12 @@ TEST(Weights, ParameterRangesMatchTheLoadedTensorsInBothForms) {
   write_packed_copy(CheckpointReader(hub), c, packed, 1 << 30);
   for (const std::string& dir : {hub, packed}) {
     CheckpointReader ckpt(dir);
-    for (auto& item : src->named_parameters()) {
-      at::Tensor flat = item.value().detach().reshape({-1});
+    for (const auto& site : parameter_sites(*src)) {
+      at::Tensor flat = site.tensor.detach().reshape({-1});
       int64_t n = flat.numel();
       for (auto [a, len] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {n / 3, n / 2}, {n - 1, 1}, {7 % n, 0}}) {
-        at::Tensor got = read_parameter_range(ckpt, item.key(), item.value().sizes(), a, len, at::kFloat);
-        EXPECT_TRUE(at::equal(got, flat.narrow(0, a, len))) << dir << " " << item.key() << " [" << a << ", +" << len << ")";
+        at::Tensor got = read_parameter_range(ckpt, site, site.tensor.sizes(), a, len, at::kFloat);
+        EXPECT_TRUE(at::equal(got, flat.narrow(0, a, len))) << dir << " " << site.name << " [" << a << ", +" << len << ")";
       }
     }
   }
@@ -162,6 +164,31 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
   write_checkpoint(ok, sd);
   CausalLM m2(c, kF32);
   EXPECT_NO_THROW(load_weights(*m2, CheckpointReader(ok), /*layers=*/false));
+  // A float8 tensor (raw codes, read as bytes) is refused, never loaded as numbers: the
+  // final norm written as U8, then its header entry retyped to F8_E4M3 (same bytes).
+  auto fp8 = sd;
+  for (auto& [name, t] : fp8)
+    if (name == "model.norm.weight") t = at::full(t.sizes(), 0x38, at::kByte);  // e4m3 1.0
+  std::string q = temp_dir("fp8");
+  write_checkpoint(q, fp8);
+  const std::string file = q + "/model.safetensors";
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n), body = bytes.substr(8 + n);
+  const size_t at = header.find("\"U8\"");
+  ASSERT_NE(at, std::string::npos) << header;
+  header.replace(at, 4, "\"F8_E4M3\"");
+  n = header.size();
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header << body;
+  out.close();
+  CausalLM m3(c, kF32);
+  expect_error_naming([&] { load_weights(*m3, CheckpointReader(q)); },
+                      "key 'model.norm.weight' is stored as F8_E4M3, a quantised form");
 }
 
 TEST(Weights, ConfigJsonErrorsNameTheField) {
