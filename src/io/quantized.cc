@@ -53,21 +53,12 @@ Acc<T> overflow_limit() {
   }
 }
 
-template <typename A>
-const std::array<A, 256>& e4m3_table() {
+// Every byte's value under `decode`, in the accumulation type.
+template <typename A, float (*decode)(uint8_t)>
+const std::array<A, 256>& code_table() {
   static const std::array<A, 256> t = [] {
     std::array<A, 256> a;
-    for (int c = 0; c < 256; ++c) a[c] = A(e4m3_to_float(uint8_t(c)));
-    return a;
-  }();
-  return t;
-}
-
-template <typename A>
-const std::array<A, 256>& e8m0_table() {
-  static const std::array<A, 256> t = [] {
-    std::array<A, 256> a;
-    for (int c = 0; c < 256; ++c) a[c] = A(e8m0_to_float(uint8_t(c)));
+    for (int c = 0; c < 256; ++c) a[c] = A(decode(uint8_t(c)));
     return a;
   }();
   return t;
@@ -130,7 +121,7 @@ template <typename T>
 bool fp8_kernel(const uint8_t* codes, int64_t rows, int64_t C, const std::vector<Acc<T>>& scale,
                 int64_t SC, int64_t block, int64_t first_row, T* out) {
   using A = Acc<T>;
-  const A* lut = e4m3_table<A>().data();
+  const A* lut = code_table<A, e4m3_to_float>().data();
   const A limit = overflow_limit<T>();
   std::atomic<bool> all_ok{true};
   at::parallel_for(0, rows, grain_rows(C), [&](int64_t begin, int64_t end) {
@@ -158,7 +149,7 @@ template <typename T>
 bool fp4_kernel(const uint8_t* packed, const uint8_t* scale, int64_t rows, int64_t C, T* out) {
   using A = Acc<T>;
   const A* pairs = e2m1_pair_table<A>().data();
-  const A* e8m0 = e8m0_table<A>().data();
+  const A* e8m0 = code_table<A, e8m0_to_float>().data();
   const A limit = overflow_limit<T>();
   const int64_t half = C / 2, groups = C / 32;
   std::atomic<bool> all_ok{true};

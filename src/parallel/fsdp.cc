@@ -130,7 +130,8 @@ void FsdpRunner::gather(int64_t u) {
   Unit& unit = *units_[u];
   if (unit.gathered) return;
   at::NoGradGuard no_grad;
-  if (!prefetched_ || prefetched_->unit != u) prefetch(u);
+  if (prefetched_ && prefetched_->unit == u) ++prefetched_gathers_;
+  else prefetch(u);
   std::unique_ptr<InFlight> started = std::move(prefetched_);
   for (size_t k = 0; k < unit.parts.size(); ++k) {
     Part& part = unit.parts[k];
@@ -197,22 +198,18 @@ std::vector<at::Tensor> FsdpRunner::reduce_shard_grads(int64_t u) {
   }
   reducing_.push_back(std::move(started));
   // Two in flight at most: the older ones are done by now, or the wait bounds memory.
-  while (reducing_.size() > (overlap_ ? 2u : 0u)) {
-    std::unique_ptr<InFlight> oldest = std::move(reducing_.front());
-    reducing_.erase(reducing_.begin());
-    const auto& parts = units_[oldest->unit]->parts;
-    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, oldest->parts[k]->wait());
-  }
+  settle_gradients(overlap_ ? 2 : 0);
   return std::vector<at::Tensor>(units_[u]->parts.size());
 }
 
-void FsdpRunner::settle_gradients() {
+void FsdpRunner::settle_gradients(size_t keep) {
   at::NoGradGuard no_grad;
-  for (auto& in_flight : reducing_) {
-    const auto& parts = units_[in_flight->unit]->parts;
-    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, in_flight->parts[k]->wait());
+  while (reducing_.size() > keep) {
+    std::unique_ptr<InFlight> oldest = std::move(reducing_.front());
+    reducing_.pop_front();
+    const auto& parts = units_[oldest->unit]->parts;
+    for (size_t k = 0; k < parts.size(); ++k) accumulate(parts[k].shard, oldest->parts[k]->wait());
   }
-  reducing_.clear();
 }
 
 void FsdpRunner::accumulate(size_t shard, const at::Tensor& grad) {

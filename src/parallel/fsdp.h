@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,9 +55,9 @@ class FsdpRunner : public RecomputeRunner {
   std::vector<at::Tensor>* shard_params(int64_t index) override;
   // Starts the reduce-scatter of layer `index`'s gradients; returns undefined tensors.
   std::vector<at::Tensor> reduce_shard_grads(int64_t index) override;
-  // Waits for the reduce-scatters in flight and adds their results to the shards'
-  // gradients (end_root does, before the optimizer reads them).
-  void settle_gradients();
+  // Waits for the oldest reduce-scatters in flight until `keep` are left, adding their
+  // results to the shards' gradients (end_root settles all before the optimizer reads them).
+  void settle_gradients(size_t keep = 0);
 
   // Around every use of the model (a training step, an evaluation, an export): gathers
   // the root unit; end_root reduce-scatters its gradients (full training) and frees it.
@@ -83,6 +84,8 @@ class FsdpRunner : public RecomputeRunner {
   void release(int64_t unit);
   // Reduce-scatters the gradients of unit u's (gathered) parameters, one per part.
   std::vector<at::Tensor> reduce_scatter_grads(int64_t unit);
+  // How many gathers so far found their unit already prefetched.
+  int64_t prefetched_gathers() const { return prefetched_gathers_; }
 
  private:
   struct Part;
@@ -93,7 +96,8 @@ class FsdpRunner : public RecomputeRunner {
   // A reduce-scatter's result for a shard, added to its gradient.
   void accumulate(size_t shard, const at::Tensor& grad);
   std::unique_ptr<InFlight> prefetched_;
-  std::vector<std::unique_ptr<InFlight>> reducing_;  // oldest first
+  int64_t prefetched_gathers_ = 0;
+  std::deque<std::unique_ptr<InFlight>> reducing_;  // oldest first
   bool trainable_base_, overlap_;
   std::vector<std::shared_ptr<Unit>> units_;
   std::vector<at::Tensor> shards_;

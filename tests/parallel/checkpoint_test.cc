@@ -5,6 +5,7 @@
 
 #include "data/synthetic.h"
 #include "model/config.h"
+#include "parallel/fsdp.h"
 #include "train/trainer.h"
 
 #include "test_util.h"
@@ -50,6 +51,27 @@ TEST_P(Checkpointing, SameLossesGradientsAndUpdates) {
       EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-9, 1e-12)) << "param " << i;
     }
   }
+}
+
+// FSDP's overlap changes timing, not numbers; with it on, every layer after the first
+// in each direction was gathered ahead (3 layers, 2 micro-batches: 2 forward and 2
+// backward each), with it off none was.
+TEST(FsdpOverlap, PrefetchesEachNextLayerAndKeepsTheNumbers) {
+  TrainOptions on = options(true, false), off = options(true, false);
+  on.fsdp = off.fsdp = true;
+  on.fsdp_overlap = "on";
+  off.fsdp_overlap = "off";
+  Trainer a(on), b(off);
+  auto runner = [](Trainer& t) { return std::dynamic_pointer_cast<FsdpRunner>(t.model().layer_runner); };
+  ASSERT_TRUE(runner(a) && runner(b));
+  StepStats sa = a.step(a.next_micro_batches()), sb = b.step(b.next_micro_batches());
+  EXPECT_EQ(runner(a)->prefetched_gathers(), 8);
+  EXPECT_EQ(runner(b)->prefetched_gathers(), 0);
+  EXPECT_NEAR(sa.loss, sb.loss, 1e-12);
+  EXPECT_NEAR(sa.grad_norm, sb.grad_norm, 1e-10);
+  auto pa = a.trainable_parameters(), pb = b.trainable_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-9, 1e-12)) << "param " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(LoraAndFull, Checkpointing, ::testing::Values(false, true),
