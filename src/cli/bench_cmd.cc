@@ -20,6 +20,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "model/adaptable.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "dist/comm.h"
@@ -53,20 +54,23 @@ ModelConfig bench_model_config() {
 }
 
 // Multiply-add FLOPs of one forward pass over B rows of S tokens (matmuls only: the
-// elementwise work is small next to them). Attention counts the full S x S product.
-double forward_flops(const ModelConfig& c, int64_t B, int64_t S) {
-  double T = double(B) * S, H = c.hidden_size, D = c.head_dim;
-  double attn_proj = H * D * (2.0 * c.num_attention_heads + 2.0 * c.num_key_value_heads);
-  double attn_scores = 2.0 * double(S) * D * c.num_attention_heads;  // QK^T and PV, per token
+// elementwise work is small next to them): every linear and expert tensor the model's
+// walk visits (experts once per routed copy), the routers, each attention module's
+// score and value products over the full S x S, and the output head.
+double forward_flops(CausalLMImpl& model, int64_t B, int64_t S) {
+  const ModelConfig& c = model.config;
   double per_token = 0;
+  for_each_adaptable(model, [&](const Adaptable& a) {
+    double macs = double(a.in_features()) * double(a.out_features());
+    per_token += a.experts ? macs * double(c.num_experts_per_tok) : macs;
+  });
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    double mlp = c.is_moe_layer(l)
-                     ? 3.0 * H * c.moe_intermediate_size * c.num_experts_per_tok + H * c.num_experts
-                     : 3.0 * H * c.intermediate_size;
-    per_token += attn_proj + attn_scores + mlp;
+    DecoderLayer layer = model.layer(l);
+    per_token += layer->self_attn->score_macs_per_token(S);
+    if (layer->moe) per_token += double(layer->moe->gate->weight.numel());
   }
-  per_token += H * c.vocab_size;  // lm_head
-  return 2.0 * T * per_token;
+  per_token += double(c.hidden_size) * double(c.vocab_size);  // lm_head
+  return 2.0 * double(B) * double(S) * per_token;
 }
 
 double lora_flops_per_token(const LoraModel& lora, const ModelConfig& c) {
@@ -108,7 +112,9 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
     total.tokens += st.tokens;
   }
   double n = double(opt.steps);
-  double fwd = forward_flops(c, B, S);
+  // Counted on an unwritten copy of the model: the trained one may be sharded (FSDP).
+  CausalLM shapes(c, TensorPlacement{at::kFloat, c10::Device(c10::kCPU), /*lazy=*/true});
+  double fwd = forward_flops(*shapes, B, S);
   // Backward: gradients w.r.t. activations cost one forward; weight gradients cost one
   // forward more for full training, and only the adapters' share for LoRA.
   double lora_fwd = opt.full ? 0 : lora_flops_per_token(trainer.lora(), c) * B * S;

@@ -48,6 +48,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--router-aux-loss-coef", o->router_aux_loss_coef,
                   "weight of the router load-balancing loss added to training (0: off; default: the model's "
                   "config.json, output_router_logits and router_aux_loss_coef)");
+  cmd->add_option("--router-bias-update-rate", o->router_bias_update_rate,
+                  "aux-loss-free balancing (DeepSeek-V3): after each step, move each router correction bias by "
+                  "this much toward balanced expert load (0: off); the biases are saved with the run")
+      ->capture_default_str();
   cmd->add_option("--adam-beta1", o->adam.beta1, "AdamW first-moment decay")->capture_default_str();
   cmd->add_option("--adam-beta2", o->adam.beta2, "AdamW second-moment decay")->capture_default_str();
   cmd->add_option("--adam-eps", o->adam.eps, "AdamW epsilon added to the root of the second moment")->capture_default_str();
@@ -73,8 +77,13 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                   "dropout on the adapters' input during training (linear targets; PEFT cannot load expert "
                   "adapters with dropout)")->capture_default_str();
   cmd->add_option("--lora-targets", *targets,
-                  "comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,"
-                  "experts.gate_up_proj,experts.down_proj, or all")->capture_default_str();
+                  "comma list of the model family's linear module names (q_proj, ..., see README), "
+                  "experts.gate_up_proj, experts.down_proj; all-linear (every linear), or all (every linear "
+                  "and expert tensor)")->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--lora-exclude",
+      [o](const std::string& list) { LoraOptions::parse_excludes(list, "--lora-exclude", &o->lora); },
+      "comma list of linear module names to leave out of the targets (PEFT exclude_modules)");
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "auto (bfloat16 on a GPU, float32 on the CPU), float32, bfloat16 or float64; "
                                        "bfloat16 keeps float32 master copies of what trains")->capture_default_str();

@@ -9,19 +9,55 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "model/adaptable.h"
 #include "model/causal_lm.h"
+#include "model/family.h"
 
 namespace glint {
 
 namespace {
 
-const std::vector<std::string> kLinearTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"};
-const std::vector<std::string> kExpertTargets = {"gate_up_proj", "down_proj"};
-
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
+
+// The target names of every registered family: a name none of them has is a typo.
+std::vector<std::string> known_targets() {
+  std::vector<std::string> out;
+  for (const ModelFamily* f : model_families())
+    for (const std::string& t : f->lora_targets())
+      if (!contains(out, t)) out.push_back(t);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& t : v) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
+
+// Items of a comma-separated list, trimmed, empty ones dropped.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// PEFT's match of a module name against a target: equal, or a suffix after a dot.
+bool matches(const std::string& path, const std::string& target) {
+  return path == target ||
+         (path.size() > target.size() && path.compare(path.size() - target.size(), target.size(), target) == 0 &&
+          path[path.size() - target.size() - 1] == '.');
+}
+
+constexpr const char* kAllLinear = "all-linear";
+const std::vector<std::string> kExpertParameters = {"gate_up_proj", "down_proj"};
 
 }  // namespace
 
@@ -29,33 +65,38 @@ double LoraOptions::scale() const {
   return use_rslora ? alpha / std::sqrt(double(r)) : alpha / double(r);
 }
 
-void LoraOptions::parse_targets(const std::string& list, const std::string& what,
-                                LoraOptions* out) {
+void LoraOptions::parse_targets(const std::string& list, const std::string& what, LoraOptions* out) {
   out->target_modules.clear();
   out->target_parameters.clear();
   out->all_targets = false;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty()) continue;
-    if (item == "all") {
+  const std::vector<std::string> known = known_targets();
+  for (const std::string& item : split_list(list)) {
+    if (item == "all" || item == kAllLinear) {
       out->all_targets = true;
-      out->target_modules = kLinearTargets;
-      out->target_parameters = kExpertTargets;
-    } else if (item.rfind("experts.", 0) == 0 && contains(kExpertTargets, item.substr(8))) {
-      if (!contains(out->target_parameters, item.substr(8)))
-        out->target_parameters.push_back(item.substr(8));
-    } else if (contains(kLinearTargets, item)) {
+      if (!contains(out->target_modules, kAllLinear)) out->target_modules.push_back(kAllLinear);
+      if (item == "all")
+        for (const auto& p : kExpertParameters)
+          if (!contains(out->target_parameters, p)) out->target_parameters.push_back(p);
+    } else if (item.rfind("experts.", 0) == 0 && contains(kExpertParameters, item.substr(8))) {
+      if (!contains(out->target_parameters, item.substr(8))) out->target_parameters.push_back(item.substr(8));
+    } else if (contains(known, item)) {
       if (!contains(out->target_modules, item)) out->target_modules.push_back(item);
     } else {
-      usage_fail(what, ": unknown LoRA target '", item, "' (expected q_proj, k_proj, v_proj, o_proj, "
-           "gate_proj, up_proj, down_proj, experts.gate_up_proj, experts.down_proj or all)");
+      usage_fail(what, ": unknown LoRA target '", item, "' (expected all, all-linear or one of ", joined(known), ")");
     }
   }
   GLINT_USAGE_CHECK(!out->target_modules.empty() || !out->target_parameters.empty(), what,
-              ": no LoRA targets in '", list, "'");
+                    ": no LoRA targets in '", list, "'");
+}
+
+void LoraOptions::parse_excludes(const std::string& list, const std::string& what, LoraOptions* out) {
+  out->exclude_modules.clear();
+  const std::vector<std::string> known = known_targets();
+  for (const std::string& item : split_list(list)) {
+    GLINT_USAGE_CHECK(contains(known, item) && item.rfind("experts.", 0) != 0, what, ": unknown module '", item,
+                      "' to leave out (expected one of the linear targets: ", joined(known), ")");
+    if (!contains(out->exclude_modules, item)) out->exclude_modules.push_back(item);
+  }
 }
 
 std::string LoraOptions::targets_string() const {
@@ -69,10 +110,8 @@ void LoraOptions::validate(const std::string& where) const {
   GLINT_CHECK(r > 0, where, ": LoRA rank r must be positive, got ", r);
   GLINT_CHECK(std::isfinite(alpha) && alpha > 0, where, ": LoRA alpha must be positive, got ", alpha);
   GLINT_CHECK(dropout >= 0 && dropout < 1, where, ": LoRA dropout must be in [0, 1), got ", dropout);
-  for (const auto& t : target_modules)
-    GLINT_CHECK(contains(kLinearTargets, t), where, ": unknown target module '", t, "'");
   for (const auto& t : target_parameters)
-    GLINT_CHECK(contains(kExpertTargets, t), where, ": unknown target parameter '", t, "'");
+    GLINT_CHECK(contains(kExpertParameters, t), where, ": unknown target parameter '", t, "'");
 }
 
 LoraLinear::LoraLinear(at::Tensor A_, at::Tensor B_, double s, double p)
@@ -111,42 +150,39 @@ std::vector<at::Tensor> LoraModel::parameters() {
   return out;
 }
 
+std::vector<bool> LoraModel::expert_parameters() const {
+  std::vector<bool> out;
+  for (const auto& s : sites) out.insert(out.end(), 2, bool(s.experts));
+  return out;
+}
+
+std::vector<at::Tensor> LoraModel::layer_parameters(int64_t layer) {
+  std::vector<at::Tensor> out;
+  for (auto& s : sites)
+    if (s.layer == layer) {
+      out.push_back(s.A());
+      out.push_back(s.B());
+    }
+  return out;
+}
+
 void LoraModel::train(bool on) {
   for (LoraSite& site : sites)
     if (site.linear) site.linear->training = on;
 }
 
 void LoraModel::detach_from(CausalLMImpl& model) {
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    for (Linear lin : {layer->self_attn->q_proj, layer->self_attn->k_proj,
-                       layer->self_attn->v_proj, layer->self_attn->o_proj})
-      lin->adapter.reset();
-    if (layer->dense_mlp)
-      for (Linear lin : {layer->dense_mlp->gate_proj, layer->dense_mlp->up_proj,
-                         layer->dense_mlp->down_proj})
-        lin->adapter.reset();
-    if (layer->moe) {
-      layer->moe->experts->gate_up_adapter.reset();
-      layer->moe->experts->down_adapter.reset();
-    }
-  }
+  for_each_adaptable(model, [](const Adaptable& a) {
+    if (a.linear) a.linear->adapter.reset();
+    else a.expert_adapter().reset();
+  });
   sites.clear();
 }
 
 bool has_adapters(CausalLMImpl& model) {
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    for (Linear lin : {layer->self_attn->q_proj, layer->self_attn->k_proj, layer->self_attn->v_proj,
-                       layer->self_attn->o_proj})
-      if (lin->adapter) return true;
-    if (layer->dense_mlp)
-      for (Linear lin : {layer->dense_mlp->gate_proj, layer->dense_mlp->up_proj, layer->dense_mlp->down_proj})
-        if (lin->adapter) return true;
-    if (layer->moe && (layer->moe->experts->gate_up_adapter || layer->moe->experts->down_adapter))
-      return true;
-  }
-  return false;
+  bool any = false;
+  for_each_adaptable(model, [&](const Adaptable& a) { any |= a.linear ? bool(a.linear->adapter) : bool(a.expert_adapter()); });
+  return any;
 }
 
 namespace {
@@ -176,75 +212,79 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
   };
   LoraModel lm;
   lm.options = options;
+  const bool all_linear = contains(options.target_modules, kAllLinear);
   std::vector<bool> module_used(options.target_modules.size(), false);
   std::vector<bool> param_used(options.target_parameters.size(), false);
-  auto attach_linear = [&](Linear lin, const std::string& path, const std::string& name) {
-    auto it = std::find(options.target_modules.begin(), options.target_modules.end(), name);
-    if (it == options.target_modules.end()) return;
-    module_used[it - options.target_modules.begin()] = true;
-    auto ad = std::make_shared<LoraLinear>(init_A({r, lin->in_features()}, lin->in_features()),
-                                           zeros({lin->out_features(), r}), scale, options.dropout);
-    if (attach) lin->adapter = ad;
-    lm.sites.push_back({path + "." + name, "", ad, nullptr});
-  };
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    std::string lp = "model.layers." + std::to_string(l);
-    auto& at_ = layer->self_attn;
-    attach_linear(at_->q_proj, lp + ".self_attn", "q_proj");
-    attach_linear(at_->k_proj, lp + ".self_attn", "k_proj");
-    attach_linear(at_->v_proj, lp + ".self_attn", "v_proj");
-    attach_linear(at_->o_proj, lp + ".self_attn", "o_proj");
-    if (layer->dense_mlp) {
-      attach_linear(layer->dense_mlp->gate_proj, lp + ".mlp", "gate_proj");
-      attach_linear(layer->dense_mlp->up_proj, lp + ".mlp", "up_proj");
-      attach_linear(layer->dense_mlp->down_proj, lp + ".mlp", "down_proj");
+  std::vector<std::string> linear_names;  // matched linear names, in model order
+  for_each_adaptable(model, [&](const Adaptable& a) {
+    if (a.linear) {
+      bool wanted = all_linear;
+      for (size_t i = 0; i < options.target_modules.size(); ++i)
+        if (matches(a.module_path, options.target_modules[i])) wanted = module_used[i] = true;
+      if (!wanted) return;
+      for (const auto& ex : options.exclude_modules)
+        if (matches(a.module_path, ex)) return;
+      if (all_linear) module_used[std::find(options.target_modules.begin(), options.target_modules.end(), kAllLinear) -
+                                  options.target_modules.begin()] = true;
+      if (!contains(linear_names, a.module_name)) linear_names.push_back(a.module_name);
+      const int64_t in = a.in_features();
+      auto ad = std::make_shared<LoraLinear>(init_A({r, in}, in), zeros({a.out_features(), r}), scale, options.dropout);
+      if (attach) a.linear->adapter = ad;
+      LoraSite site{a.module_path, "", ad, nullptr};
+      site.layer = a.layer;
+      lm.sites.push_back(std::move(site));
+      return;
     }
-    if (layer->moe) {
-      ExpertsImpl& ex = *layer->moe->experts;
-      int64_t E = ex.num_local(), I = ex.intermediate(), H = ex.gate_up_proj.size(2);
-      // Registration order of the experts module: gate_up_proj, then down_proj.
-      for (size_t k = 0; k < kExpertTargets.size(); ++k) {
-        const std::string& name = kExpertTargets[k];
-        auto it = std::find(options.target_parameters.begin(), options.target_parameters.end(), name);
-        if (it == options.target_parameters.end()) continue;
-        param_used[it - options.target_parameters.begin()] = true;
-        GLINT_USAGE_CHECK(options.dropout == 0, "LoRA dropout ", options.dropout, " with the expert target ",
-                          name, ": PEFT's target_parameters LoRA (ParamWrapper) refuses adapters with "
-                          "lora_dropout != 0, so the adapter could not be loaded; leave experts.* out of the "
-                          "targets, or use --lora-dropout 0");
-        int64_t in = name == "gate_up_proj" ? H : I, out = name == "gate_up_proj" ? 2 * I : H;
-        // A is drawn for all experts and sliced to the local ones (expert parallelism), so
-        // every mesh starts from the same adapter.
-        at::Tensor A = init_A({model.config.num_experts, r, in}, in)
-                           .detach()
-                           .narrow(0, ex.first_expert, E)
-                           .clone()
-                           .set_requires_grad(true);
-        auto ad = std::make_shared<LoraExperts>(A, zeros({E, out, r}), scale);
-        if (attach && name == "gate_up_proj") ex.gate_up_adapter = ad;
-        else if (attach) ex.down_adapter = ad;
-        lm.sites.push_back({lp + ".mlp.experts", name, nullptr, ad});
-      }
-    }
-  }
-  if (options.all_targets) {  // keep only the targets this model has
+    auto it = std::find(options.target_parameters.begin(), options.target_parameters.end(), a.parameter);
+    if (it == options.target_parameters.end()) return;
+    param_used[it - options.target_parameters.begin()] = true;
+    GLINT_USAGE_CHECK(options.dropout == 0, "LoRA dropout ", options.dropout, " with the expert target ", a.parameter,
+                      ": PEFT's target_parameters LoRA (ParamWrapper) refuses adapters with lora_dropout != 0, so "
+                      "the adapter could not be loaded; leave experts.* out of the targets, or use --lora-dropout 0");
+    const ExpertsImpl& ex = *a.experts;
+    const int64_t E = ex.num_local(), in = a.in_features(), out = a.out_features();
+    // A is drawn for all experts and sliced to the local ones (expert parallelism), so
+    // every mesh starts from the same adapter.
+    at::Tensor A = init_A({model.config.num_experts, r, in}, in)
+                       .detach()
+                       .narrow(0, ex.first_expert, E)
+                       .clone()
+                       .set_requires_grad(true);
+    auto ad = std::make_shared<LoraExperts>(A, zeros({E, out, r}), scale);
+    if (attach) a.expert_adapter() = ad;
+    LoraSite site{a.module_path, a.parameter, nullptr, ad};
+    site.layer = a.layer;
+    site.first_expert = ex.first_expert;
+    lm.sites.push_back(std::move(site));
+  });
+  if (options.all_targets) {  // keep only the targets this model has, by name
     lm.options.target_modules.clear();
-    lm.options.target_parameters.clear();
     for (size_t i = 0; i < module_used.size(); ++i)
-      if (module_used[i]) lm.options.target_modules.push_back(options.target_modules[i]);
+      if (module_used[i] && options.target_modules[i] != kAllLinear) lm.options.target_modules.push_back(options.target_modules[i]);
+    for (const auto& n : linear_names)
+      if (all_linear && !contains(lm.options.target_modules, n)) lm.options.target_modules.push_back(n);
+    lm.options.target_parameters.clear();
     for (size_t i = 0; i < param_used.size(); ++i)
       if (param_used[i]) lm.options.target_parameters.push_back(options.target_parameters[i]);
     lm.options.all_targets = false;
     return lm;
   }
+  const std::string valid = joined(model.family->lora_targets());
   for (size_t i = 0; i < module_used.size(); ++i)
-    GLINT_CHECK(module_used[i], "LoRA target module '", options.target_modules[i],
-                "' matches no module of this ", model.config.model_type, " model");
+    GLINT_CHECK(module_used[i], "LoRA target module '", options.target_modules[i], "' matches no module of this ",
+                model.config.model_type, " model (its targets: ", valid, ")");
   for (size_t i = 0; i < param_used.size(); ++i)
     GLINT_CHECK(param_used[i], "LoRA target parameter '", options.target_parameters[i],
-                "' matches no parameter of this ", model.config.model_type,
-                " model (it has no MoE layers)");
+                "' matches no parameter of this ", model.config.model_type, " model (it has no MoE layers; its targets: ",
+                valid, ")");
+  if (all_linear) {  // the saved config names the modules, as PEFT writes it
+    std::vector<std::string> named;
+    for (const auto& t : options.target_modules)
+      if (t != kAllLinear) named.push_back(t);
+    for (const auto& n : linear_names)
+      if (!contains(named, n)) named.push_back(n);
+    lm.options.target_modules = named;
+  }
   return lm;
 }
 

@@ -24,10 +24,12 @@ struct LoraOptions {
   bool use_rslora = false;
   double dropout = 0.0;           // PEFT lora_dropout: on the adapter's input, in training
                                   // only; linear targets (PEFT refuses it on expert ones)
-  // Linear module names (PEFT target_modules): q_proj k_proj v_proj o_proj, and the dense
-  // MLP's gate_proj up_proj down_proj.
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
+  // Linear module names (PEFT target_modules: a module matches a name equal to its path
+  // or ending in "." + name), or "all-linear": every linear of the decoder layers (the
+  // output head is never adapted). Each family lists its names (ModelFamily::lora_targets).
+  std::vector<std::string> target_modules = {"all-linear"};
+  // Linear module names left out (PEFT exclude_modules, matched as target_modules).
+  std::vector<std::string> exclude_modules;
   // Packed expert parameters (PEFT target_parameters): gate_up_proj, down_proj.
   std::vector<std::string> target_parameters = {"gate_up_proj", "down_proj"};
   c10::ScalarType dtype = c10::kFloat;  // adapter weights' dtype (float64 over a float64 model)
@@ -36,9 +38,12 @@ struct LoraOptions {
   bool all_targets = true;
 
   double scale() const;
-  // Splits a CLI list: "q_proj,v_proj,experts.gate_up_proj,experts.down_proj"; "all" is
-  // the default set. Unknown names throw glint::Error naming `what` and the name.
+  // Splits a CLI list: "q_proj,v_proj,experts.gate_up_proj,experts.down_proj";
+  // "all-linear" is every linear, "all" every linear and expert tensor (the default).
+  // A name no registered family has throws glint::Error naming `what` and the name.
   static void parse_targets(const std::string& list, const std::string& what, LoraOptions* out);
+  // Splits a CLI list of module names to leave out (--lora-exclude), checked as above.
+  static void parse_excludes(const std::string& list, const std::string& what, LoraOptions* out);
   std::string targets_string() const;  // inverse of parse_targets
   void validate(const std::string& where) const;
 };
@@ -73,6 +78,8 @@ struct LoraSite {
   std::string parameter;    // "" for linears; "gate_up_proj" / "down_proj" for experts
   std::shared_ptr<LoraLinear> linear;    // set for linear sites
   std::shared_ptr<LoraExperts> experts;  // set for expert sites
+  int64_t layer = -1;                    // decoder layer
+  int64_t first_expert = 0;              // experts: global id of the first local expert
   at::Tensor& A() { return linear ? linear->A : experts->A; }
   at::Tensor& B() { return linear ? linear->B : experts->B; }
   const at::Tensor& A() const { return linear ? linear->A : experts->A; }
@@ -88,6 +95,11 @@ class LoraModel {
   // Trainable tensors, A then B per site: name "<module_path>[.<parameter>].lora_{A,B}".
   std::vector<std::pair<std::string, at::Tensor>> named_parameters();
   std::vector<at::Tensor> parameters();
+  // For each of named_parameters(): whether it belongs to an expert site (sliced by expert
+  // parallelism).
+  std::vector<bool> expert_parameters() const;
+  // The trainable tensors of the sites in decoder layer `layer`.
+  std::vector<at::Tensor> layer_parameters(int64_t layer);
   void detach_from(CausalLMImpl& model);  // removes every adapter from the model
   // Training mode on or off: dropout (options.dropout) applies only while on. Off after
   // apply_lora / make_lora.
@@ -99,7 +111,8 @@ bool has_adapters(CausalLMImpl& model);
 
 // Attaches fresh adapters (A kaiming-uniform a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in));
 // B zeros) to every target in `model`; freezes the base parameters. Deterministic in
-// seed. A target that matches nothing throws glint::Error naming it.
+// seed. A target that matches nothing throws glint::Error naming it and the family's
+// targets.
 LoraModel apply_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t seed);
 
 // The same adapters (same values for the same seed) without attaching them to the model

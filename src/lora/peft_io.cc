@@ -76,6 +76,7 @@ nlohmann::json adapter_config_json(const LoraOptions& o, const std::string& base
       {"use_rslora", o.use_rslora},
       {"target_modules", o.target_modules},
       {"target_parameters", params},
+      {"exclude_modules", o.exclude_modules.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.exclude_modules)},
       {"lora_dropout", o.dropout},
       {"bias", "none"},
       {"fan_in_fan_out", false},
@@ -123,6 +124,15 @@ LoraOptions lora_options_from_adapter_config(const std::string& path) {
       GLINT_CHECK(t.is_string(), path, ": target_modules entries must be strings");
       o.target_modules.push_back(t.get<std::string>());
     }
+  auto ex = j.find("exclude_modules");
+  if (ex != j.end() && !ex->is_null()) {
+    nlohmann::json list = ex->is_string() ? nlohmann::json::array({*ex}) : *ex;
+    GLINT_CHECK(list.is_array(), path, ": field 'exclude_modules' must be a list");
+    for (const auto& t : list) {
+      GLINT_CHECK(t.is_string(), path, ": exclude_modules entries must be strings");
+      o.exclude_modules.push_back(t.get<std::string>());
+    }
+  }
   if (j.contains("target_parameters") && j["target_parameters"].is_array())
     for (const auto& t : j["target_parameters"]) {
       GLINT_CHECK(t.is_string(), path, ": target_parameters entries must be strings");
@@ -155,8 +165,7 @@ LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
       if (s.experts) {
         // The file holds every expert; this model may hold a slice (expert parallelism).
         int64_t E = model.config.num_experts, local = dst.size(0);
-        int64_t layer = std::stoll(s.module_path.substr(13, s.module_path.find('.', 13) - 13));
-        int64_t first = model.layer(layer)->moe->experts->first_expert;
+        int64_t first = s.first_expert;
         std::vector<int64_t> all = dst.sizes().vec();
         all[0] = E;
         at::Tensor expect = is_A ? expert_A_to_peft(at::empty(all)) : expert_B_to_peft(at::empty(all));

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "core/error.h"
+#include "model/adaptable.h"
 #include "model/causal_lm.h"
 
 namespace glint {
@@ -145,35 +146,19 @@ TenantBank::TenantBank(CausalLMImpl& model, int64_t slots, int64_t r_max)
     for (auto& p : model.parameters()) p.set_requires_grad(false);
   }
   routing_->rows_of_slot.assign(slots, at::empty({0}, at::kLong));
-  auto linear = [&](Linear lin, const std::string& path) {
-    auto ad = std::make_shared<TenantLinear>(routing_, slots, lin->out_features());
-    lin->adapter = ad;
-    sites_->linear[path] = ad;
-  };
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    std::string lp = "model.layers." + std::to_string(l);
-    auto& a = layer->self_attn;
-    linear(a->q_proj, lp + ".self_attn.q_proj");
-    linear(a->k_proj, lp + ".self_attn.k_proj");
-    linear(a->v_proj, lp + ".self_attn.v_proj");
-    linear(a->o_proj, lp + ".self_attn.o_proj");
-    if (layer->dense_mlp) {
-      linear(layer->dense_mlp->gate_proj, lp + ".mlp.gate_proj");
-      linear(layer->dense_mlp->up_proj, lp + ".mlp.up_proj");
-      linear(layer->dense_mlp->down_proj, lp + ".mlp.down_proj");
+  for_each_adaptable(model, [&](const Adaptable& a) {
+    if (a.linear) {
+      auto ad = std::make_shared<TenantLinear>(routing_, slots, a.out_features());
+      a.linear->adapter = ad;
+      sites_->linear[a.module_path] = ad;
+      return;
     }
-    if (layer->moe) {
-      ExpertsImpl& ex = *layer->moe->experts;
-      auto gu = std::make_shared<TenantExperts>(slots, 2 * ex.intermediate());
-      auto dn = std::make_shared<TenantExperts>(slots, ex.gate_up_proj.size(2));
-      ex.gate_up_adapter = gu;
-      ex.down_adapter = dn;
-      sites_->experts[lp + ".mlp.experts.gate_up_proj"] = gu;
-      sites_->experts[lp + ".mlp.experts.down_proj"] = dn;
-      layer->moe->token_tags = tags_;
-    }
-  }
+    auto ad = std::make_shared<TenantExperts>(slots, a.out_features());
+    a.expert_adapter() = ad;
+    sites_->experts[a.module_path + "." + a.parameter] = ad;
+  });
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l)
+    if (DecoderLayer layer = model.layer(l); layer->moe) layer->moe->token_tags = tags_;
 }
 
 TenantBank::~TenantBank() = default;

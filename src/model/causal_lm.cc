@@ -6,6 +6,7 @@
 
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "model/chunked_loss.h"
@@ -13,28 +14,20 @@
 namespace glint {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& p) {
-  self_attn = register_module("self_attn", Attention(c, p));
-  if (c.is_moe_layer(layer)) {
-    moe = register_module("mlp", MoeBlock(c, p));
-  } else {
-    dense_mlp = register_module("mlp", DenseMlp(c.hidden_size, c.intermediate_size, p));
-  }
+  LayerParts parts = family_for(c.model_type, "model config").make_layer(c, layer, p);
+  self_attn = register_module(parts.attention_name, parts.attention);
+  mlp = register_module(parts.mlp_name, parts.mlp);
+  if (auto d = std::dynamic_pointer_cast<DenseMlpImpl>(mlp)) dense_mlp = DenseMlp(d);
+  if (auto m = std::dynamic_pointer_cast<MoeBlockImpl>(mlp)) moe = MoeBlock(m);
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
 }
 
-at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RotaryTables& rope,
-                                     const SequenceLayout& layout,
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                      std::vector<at::Tensor>* router_logits) {
-  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope, layout);
-  at::Tensor normed = post_attention_layernorm->forward(h);
-  if (dense_mlp) return h + dense_mlp->forward(normed);
-  int64_t B = x.size(0), S = x.size(1), H = x.size(2);
-  Routing r;
-  at::Tensor y = moe->forward(normed.reshape({B * S, H}), &r).view({B, S, H});
-  if (router_logits) router_logits->push_back(r.logits);
-  return h + y;
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), ctx);
+  return h + mlp->forward(post_attention_layernorm->forward(h), ctx, router_logits);
 }
 
 namespace {
@@ -59,7 +52,7 @@ DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const TensorPlacement& 
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, const TensorPlacement& p)
-    : config(c), placement(p) {
+    : config(c), family(&family_for(c.model_type, "model config")), placement(p) {
   c.validate("model config");
   model = register_module("model", DecoderStack(c, p));
   if (!c.tie_word_embeddings)
@@ -82,15 +75,16 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
               input_ids.sizes(), ", ", position_ids.sizes(), ", ", segment_ids.sizes());
   auto dev = placement.device;
   at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev);
-  RotaryTables rope = rotary_tables(pos, config.head_dim, config.rope_theta,
-                                    placement.dtype == at::kDouble ? at::kDouble : at::kFloat);
-  SequenceLayout layout = sequence_layout(segment_ids, dev);
+  LayerContext ctx;
+  ctx.rope = family->rotary(config, pos, placement.dtype == at::kDouble ? at::kDouble : at::kFloat);
+  ctx.layout = sequence_layout(segment_ids, dev);
+  ctx.input_ids = ids;
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
   ForwardOutput out;
   for (size_t l = 0; l < model->layers->size(); ++l) {
     DecoderLayer dl = layer(l);
-    x = layer_runner ? layer_runner->run(l, *dl, x, rope, layout, &out.router_logits)
-                     : dl->forward(x, rope, layout, &out.router_logits);
+    x = layer_runner ? layer_runner->run(l, *dl, x, ctx, &out.router_logits)
+                     : dl->forward(x, ctx, &out.router_logits);
   }
   out.hidden = model->norm->forward(x);
   return out;
@@ -158,9 +152,12 @@ LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
     at::NoGradGuard no_grad;
     at::Tensor rows = valid.nonzero().reshape({-1});
     std::vector<at::Tensor> counts;
-    for (const auto& logits : out.router_logits) {
-      // Top-k of the logits selects what top-k of their softmax selects.
-      at::Tensor chosen = std::get<1>(at::topk(logits.index_select(0, rows), c.num_experts_per_tok, -1));
+    size_t n = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      DecoderLayer layer = model.layer(l);
+      if (!layer->moe) continue;
+      // The experts the layer's router chose, from its logits.
+      at::Tensor chosen = layer->moe->gate->select(out.router_logits.at(n++).index_select(0, rows));
       counts.push_back(at::bincount(chosen.reshape({-1}), {}, c.num_experts));
     }
     parts.expert_tokens = at::stack(counts).to(at::kCPU);
@@ -168,18 +165,41 @@ LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
   return parts;
 }
 
+void update_router_biases(CausalLMImpl& model, const at::Tensor& load, double rate) {
+  at::NoGradGuard no_grad;
+  int64_t n = 0;
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    if (!layer->moe) continue;
+    at::Tensor row = load[n++].to(at::kDouble);
+    at::Tensor& bias = layer->moe->gate->e_score_correction_bias;
+    if (!bias.defined()) continue;
+    bias.add_(at::sign(row.mean() - row).to(bias.device(), bias.scalar_type()), rate);
+  }
+  GLINT_ASSERT(n == load.size(0), "load of ", load.size(0), " MoE layers for a model with ", n);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> router_biases(CausalLMImpl& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
+  return out;
+}
+
 void init_weights(CausalLMImpl& model, uint64_t seed) {
   at::NoGradGuard no_grad;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   double std = model.config.initializer_range;
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
-    bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    if (is_norm) {
+  // Norm weights start at one, linear biases at zero: found by module type.
+  std::unordered_set<const c10::TensorImpl*> ones, zeros;
+  for (const auto& m : model.modules()) {
+    if (auto* norm = dynamic_cast<RMSNormImpl*>(m.get())) ones.insert(norm->weight.unsafeGetTensorImpl());
+    if (auto* lin = dynamic_cast<LinearImpl*>(m.get()); lin && lin->bias.defined())
+      zeros.insert(lin->bias.unsafeGetTensorImpl());
+  }
+  for (auto& p : model.parameters()) {
+    if (ones.count(p.unsafeGetTensorImpl())) {
       p.fill_(1.0);
-    } else if (is_bias) {
+    } else if (zeros.count(p.unsafeGetTensorImpl())) {
       p.zero_();
     } else {
       // Draw on CPU in float32 so the values do not depend on device or dtype.

@@ -1,6 +1,7 @@
-// The decoder-only causal LM shared by qwen3_moe and qwen3: embeddings, decoder layers
-// (attention + dense MLP or sparse MoE), final norm, lm_head. Parameter names equal the
-// Hugging Face names (packed-expert form): "model.layers.0.mlp.experts.gate_up_proj".
+// The decoder-only causal LM every family shares: embeddings, decoder layers (the
+// family's attention and MLP modules, model/family.h), final norm, lm_head. Parameter
+// names equal the Hugging Face names (packed-expert form):
+// "model.layers.0.mlp.experts.gate_up_proj".
 //
 // Legend: B rows, S sequence length, H hidden, V vocab, T = B*S tokens, E experts.
 #pragma once
@@ -12,7 +13,9 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/family.h"
 #include "model/layers.h"
+#include "model/mlp.h"
 #include "model/moe.h"
 
 namespace glint {
@@ -21,13 +24,16 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& place);
   // x [B,S,H] -> [B,S,H]; MoE layers append their router logits [T,E] when non-null.
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const SequenceLayout& layout,
-                     std::vector<at::Tensor>* router_logits);
+  at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits);
+  // The attention module as the family's type T (null when it is another type).
+  template <typename T>
+  T* attention() const { return dynamic_cast<T*>(self_attn.get()); }
 
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  Attention self_attn{nullptr};
-  DenseMlp dense_mlp{nullptr};  // set for dense layers (registered as "mlp")
-  MoeBlock moe{nullptr};        // set for MoE layers (registered as "mlp")
+  std::shared_ptr<AttentionModule> self_attn;  // registered under the family's name ("self_attn")
+  std::shared_ptr<MlpModule> mlp;              // registered as "mlp"
+  DenseMlp dense_mlp{nullptr};  // mlp, when it is the dense SwiGLU block
+  MoeBlock moe{nullptr};        // mlp, when it is a sparse MoE block
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -49,8 +55,7 @@ class LayerRunner {
  public:
   virtual ~LayerRunner() = default;
   // Same contract as DecoderLayerImpl::forward.
-  virtual at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                         const RotaryTables& rope, const SequenceLayout& layout,
+  virtual at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x, const LayerContext& ctx,
                          std::vector<at::Tensor>* router_logits) = 0;
 };
 
@@ -71,6 +76,7 @@ class CausalLMImpl : public torch::nn::Module {
   DecoderLayer layer(int64_t i) const;
 
   ModelConfig config;
+  const ModelFamily* family = nullptr;  // of config.model_type
   TensorPlacement placement;
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // absent when tie_word_embeddings
@@ -107,6 +113,14 @@ struct LossParts {
 LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
                          const at::Tensor& labels, const at::Tensor& position_ids,
                          const at::Tensor& segment_ids);
+
+// Aux-loss-free balancing: each MoE layer's router correction bias b (when it has one)
+// moves by `rate` toward balanced load, b_e += rate * sign(mean(load) - load_e), from
+// load [L_moe, E], the routed copies per expert of each MoE layer in order.
+void update_router_biases(CausalLMImpl& model, const at::Tensor& load, double rate);
+
+// The router correction biases under their Hub names (empty when the model has none).
+std::vector<std::pair<std::string, at::Tensor>> router_biases(CausalLMImpl& model);
 
 // Random init as transformers does: normal(0, initializer_range) for projections,
 // embeddings, router and experts; ones for norms; zeros for biases. Deterministic in seed.

@@ -1,4 +1,6 @@
-// ModelConfig: the fields of a Hugging Face config.json that glint's decoder uses.
+// ModelConfig: the fields of a Hugging Face config.json that glint's decoder uses, for
+// every family. Each family's folder maps its config.json onto these fields (and back);
+// a field a family does not read keeps its default.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -10,7 +12,7 @@
 namespace glint {
 
 struct ModelConfig {
-  std::string model_type = "qwen3_moe";  // "qwen3_moe" or "qwen3"
+  std::string model_type = "qwen3_moe";  // selects the family (model/family.h)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;             // H
   int64_t intermediate_size = 0;       // dense MLP width
@@ -20,6 +22,17 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;                // defaults to hidden_size / num_attention_heads
   double rope_theta = 10000.0;
+  // RoPE scaling ("rope_scaling" / v5 "rope_parameters"): "" none, or "yarn".
+  struct RopeScaling {
+    std::string type;
+    double factor = 1.0;
+    int64_t original_max_position_embeddings = 0;
+    double beta_fast = 32.0, beta_slow = 1.0;
+    double mscale = 0.0, mscale_all_dim = 0.0;  // 0: absent
+    double attention_factor = 0.0;              // 0: derived from factor and the mscales
+    bool truncate = true;                       // round the correction range to whole dims
+  } rope_scaling;
+  bool rope_interleave = false;  // rotate pairs (2i, 2i+1) instead of halves
   double rms_norm_eps = 1e-6;
   int64_t max_position_embeddings = 32768;
   bool tie_word_embeddings = false;
@@ -35,14 +48,28 @@ struct ModelConfig {
   bool output_router_logits = false;   // adds the load-balancing loss to training
   double router_aux_loss_coef = 0.001;
   std::string torch_dtype = "float32"; // dtype the checkpoint declares
+  // Multi-head latent attention (deepseek_v3). q_lora_rank 0: a plain q_proj.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // Routing beyond softmax top-k (deepseek_v3): sigmoid scores, a selection-only
+  // correction bias per expert, group-limited top-k, a scale on the routed sum.
+  std::string scoring_func = "softmax";  // "softmax" or "sigmoid"
+  bool router_correction_bias = false;   // mlp.gate.e_score_correction_bias [E]
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  int64_t n_shared_experts = 0;          // shared experts, each moe_intermediate_size wide
+  int64_t first_k_dense_replace = 0;     // the first k layers are dense
+  int64_t moe_layer_freq = 1;            // then every moe_layer_freq-th layer is MoE
 
   // True when decoder layer `layer` uses the sparse MoE block.
   bool is_moe_layer(int64_t layer) const;
-  // Throws glint::Error naming `where` and the inconsistent fields.
+  // The checks of this config's family (model/family.h): throws glint::Error naming
+  // `where` and the inconsistent fields.
   void validate(const std::string& where) const;
-  nlohmann::json to_json() const;
-  // Parses config.json content. Unknown model_type, a missing required field or a
-  // wrongly typed one throws glint::Error naming `where` (the file) and the field.
+  nlohmann::json to_json() const;  // the family's config.json
+  // Parses config.json content through the family of its model_type. Unknown model_type,
+  // a missing required field or a wrongly typed one throws glint::Error naming `where`
+  // (the file) and the field.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& where);
   static ModelConfig from_file(const std::string& path);
 };

@@ -52,6 +52,56 @@ RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, dou
   return {emb.cos(), emb.sin()};
 }
 
+RotaryTables rotary_tables(const at::Tensor& position_ids, const at::Tensor& inv_freq, double attention_factor,
+                           c10::ScalarType compute) {
+  at::Tensor f = inv_freq.to(position_ids.device(), compute);                   // [D/2]
+  at::Tensor freqs = position_ids.to(compute).unsqueeze(-1) * f;                // [B,S,D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                 // [B,S,D]
+  if (attention_factor == 1.0) return {emb.cos(), emb.sin()};
+  return {emb.cos() * attention_factor, emb.sin() * attention_factor};
+}
+
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+at::Tensor rope_inv_freq(int64_t dim, double theta, const ModelConfig::RopeScaling& r) {
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor pos_freqs = at::pow(theta, at::arange(0, dim, 2, opts) / double(dim));  // [dim/2]
+  if (r.type.empty()) return 1.0 / pos_freqs;
+  GLINT_ASSERT(r.type == "yarn", "RoPE scaling ", r.type);
+  // Dimension whose wavelength makes `rotations` turns over the original context.
+  auto correction_dim = [&](double rotations) {
+    return double(dim) * std::log(double(r.original_max_position_embeddings) / (rotations * 2 * M_PI)) /
+           (2 * std::log(theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;  // no division by zero
+  at::Tensor ramp = ((at::arange(dim / 2, opts) - low) / (high - low)).clamp(0, 1);
+  at::Tensor extrapolate = 1 - ramp;  // 1: keep the original frequency (high-frequency dims)
+  return (1.0 / (r.factor * pos_freqs)) * ramp + (1.0 / pos_freqs) * extrapolate;
+}
+
+double rope_attention_factor(const ModelConfig::RopeScaling& r) {
+  if (r.type.empty()) return 1.0;
+  if (r.attention_factor > 0) return r.attention_factor;
+  if (r.mscale != 0 && r.mscale_all_dim != 0) return yarn_mscale(r.factor, r.mscale) / yarn_mscale(r.factor, r.mscale_all_dim);
+  return yarn_mscale(r.factor);
+}
+
+at::Tensor deinterleave_pairs(const at::Tensor& x) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  const int64_t D = shape.back();
+  shape.back() = D / 2;
+  shape.push_back(2);
+  // [..., D/2, 2] -> [..., 2, D/2] -> [..., D]
+  std::vector<int64_t> out = x.sizes().vec();
+  return x.reshape(shape).transpose(-1, -2).reshape(out);
+}
+
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
   int64_t half = x.size(-1) / 2;
   at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
@@ -136,14 +186,17 @@ at::Tensor attend_spans(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const SequenceLayout& layout) {
-  const int64_t B = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3);
+  const int64_t B = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), Dv = v.size(3);
   GLINT_ASSERT(B == layout.rows && S == layout.seq_len, "attention over [", B, ", ", S, "] with a layout of [",
                layout.rows, ", ", layout.seq_len, "]");
-  if (layout.cu_seqlens.defined() && compat::varlen_attention_available(q)) {
-    // Tokens in [B*S] order: [B,N,S,D] -> [B*S,N,D].
-    auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({B * S, t.size(1), D}); };
-    return compat::varlen_attention(tokens(q), tokens(k), tokens(v), layout.cu_seqlens, layout.max_length)
-        .view({B, S, N * D});
+  if (layout.cu_seqlens.defined() && compat::varlen_attention_available(q) && Dv <= D) {
+    // Tokens in [B*S] order: [B,N,S,D] -> [B*S,N,D]. The kernel wants values as wide as
+    // keys: narrower ones are padded with zeros, which add nothing, and cut off after.
+    auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({B * S, t.size(1), t.size(3)}); };
+    at::Tensor vt = tokens(v);
+    if (Dv < D) vt = at::constant_pad_nd(vt, {0, D - Dv});
+    at::Tensor o = compat::varlen_attention(tokens(q), tokens(k), vt, layout.cu_seqlens, layout.max_length);
+    return (Dv < D ? o.narrow(-1, 0, Dv) : o).reshape({B, S, N * Dv});
   }
   at::Tensor out;
   if (layout.rows_alike) {
@@ -159,40 +212,7 @@ at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at
     }
     out = at::cat(rows, 0);
   }
-  return out.transpose(1, 2).reshape({B, S, N * D});
-}
-
-AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorPlacement& p)
-    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
-  int64_t H = c.hidden_size;
-  q_proj = register_module("q_proj", Linear(H, num_heads * head_dim, c.attention_bias, p));
-  k_proj = register_module("k_proj", Linear(H, num_kv_heads * head_dim, c.attention_bias, p));
-  v_proj = register_module("v_proj", Linear(H, num_kv_heads * head_dim, c.attention_bias, p));
-  o_proj = register_module("o_proj", Linear(num_heads * head_dim, H, c.attention_bias, p));
-  q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps, p));
-  k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps, p));
-}
-
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RotaryTables& rope,
-                                  const SequenceLayout& layout) {
-  int64_t B = x.size(0), S = x.size(1);
-  // [B,S,N*D] -> [B,S,N,D] -> norm over D -> [B,N,S,D]
-  at::Tensor q = q_norm->forward(q_proj->forward(x).view({B, S, num_heads, head_dim})).transpose(1, 2);
-  at::Tensor k = k_norm->forward(k_proj->forward(x).view({B, S, num_kv_heads, head_dim})).transpose(1, 2);
-  at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
-  q = apply_rotary(q, rope);
-  k = apply_rotary(k, rope);
-  return o_proj->forward(sequence_attention(q, k, v, layout));
-}
-
-DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, const TensorPlacement& p) {
-  gate_proj = register_module("gate_proj", Linear(hidden, intermediate, false, p));
-  up_proj = register_module("up_proj", Linear(hidden, intermediate, false, p));
-  down_proj = register_module("down_proj", Linear(intermediate, hidden, false, p));
-}
-
-at::Tensor DenseMlpImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return out.transpose(1, 2).reshape({B, S, N * Dv});
 }
 
 }  // namespace glint

@@ -1,5 +1,5 @@
-// Decoder building blocks shared by the Qwen3 families: linear with a LoRA seam,
-// RMSNorm, rotary embeddings, grouped-query attention with q/k norm, dense SwiGLU MLP.
+// Decoder building blocks the families share: linear with a LoRA seam, RMSNorm, rotary
+// embeddings, causal attention within packed sequences.
 //
 // Legend: B batch rows, S sequence length, H hidden size, Nh query heads,
 // Nkv key/value heads, D head_dim, F dense intermediate size.
@@ -58,6 +58,23 @@ struct RotaryTables {
 };
 RotaryTables rotary_tables(const at::Tensor& position_ids /*[B,S]*/, int64_t head_dim,
                            double theta, c10::ScalarType compute = c10::kFloat);
+// The same for given inverse frequencies inv_freq [D/2] (float64), both tables multiplied
+// by attention_factor (YaRN's magnitude correction).
+RotaryTables rotary_tables(const at::Tensor& position_ids, const at::Tensor& inv_freq, double attention_factor,
+                           c10::ScalarType compute);
+// RoPE inverse frequencies [dim/2] float64: theta^(-2i/dim), or with YaRN scaling the
+// blend of interpolated (/factor) and original frequencies over the correction range
+// [beta_fast, beta_slow] rotations of original_max_position_embeddings.
+at::Tensor rope_inv_freq(int64_t dim, double theta, const ModelConfig::RopeScaling& scaling);
+// YaRN's mscale: 0.1 * mscale * ln(factor) + 1 for factor > 1, else 1.
+double yarn_mscale(double factor, double mscale = 1.0);
+// The factor on cos and sin: 1 without scaling; YaRN's attention_factor, or
+// mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set, else
+// mscale(factor).
+double rope_attention_factor(const ModelConfig::RopeScaling& scaling);
+// Interleaved RoPE (pairs (2i, 2i+1)) as rotate-half RoPE: x [..., D] with its pairs
+// de-interleaved to [evens | odds]. Queries and keys reordered alike keep their products.
+at::Tensor deinterleave_pairs(const at::Tensor& x);
 // x: [B, Nh, S, D]; rotate-half RoPE (non-interleaved), as transformers does.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
 
@@ -83,31 +100,11 @@ struct SequenceLayout {
 // row is an error (sequences are contiguous).
 SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device& device);
 
-// Causal softmax attention within each sequence of `layout`: q [B,Nh,S,D], k and v
-// [B,Nkv,S,D] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*D]. Never builds an
-// [S,S] mask: a variable-length kernel on GPU, one causal attention per sequence elsewhere.
+// Causal softmax attention within each sequence of `layout`: q, k [B,Nh|Nkv,S,D], v
+// [B,Nkv,S,Dv] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*Dv], scores scaled
+// by 1/sqrt(D). Never builds an [S,S] mask: a variable-length kernel on GPU, one causal
+// attention per sequence elsewhere.
 at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const SequenceLayout& layout);
-
-class AttentionImpl : public torch::nn::Module {
- public:
-  AttentionImpl(const ModelConfig& c, const TensorPlacement& place);
-  // x [B,S,H] -> [B,S,H]
-  at::Tensor forward(const at::Tensor& x, const RotaryTables& rope, const SequenceLayout& layout);
-
-  int64_t num_heads, num_kv_heads, head_dim;
-  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};
-};
-TORCH_MODULE(Attention);
-
-class DenseMlpImpl : public torch::nn::Module {
- public:
-  DenseMlpImpl(int64_t hidden, int64_t intermediate, const TensorPlacement& place);
-  at::Tensor forward(const at::Tensor& x);  // [..., H] -> [..., H]
-
-  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-};
-TORCH_MODULE(DenseMlp);
 
 }  // namespace glint

@@ -1,6 +1,9 @@
 #include "model/moe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <limits>
 
 #include "core/compat.h"
 #include "core/error.h"
@@ -64,25 +67,66 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
   return y;
 }
 
-MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
-    : num_experts(c.num_experts), top_k(c.num_experts_per_tok), norm_topk_prob(c.norm_topk_prob) {
-  gate = register_module("gate", Linear(c.hidden_size, c.num_experts, false, p));
-  experts = register_module("experts", Experts(c.num_experts, c.hidden_size,
-                                               c.moe_intermediate_size, p));
-  dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
+RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p)
+    : num_experts(c.num_experts),
+      top_k(c.num_experts_per_tok),
+      norm_topk_prob(c.norm_topk_prob),
+      sigmoid(c.scoring_func == "sigmoid"),
+      n_group(c.n_group),
+      topk_group(c.topk_group),
+      routed_scaling_factor(c.routed_scaling_factor) {
+  weight = register_parameter("weight", new_weight({c.num_experts, c.hidden_size}, p));
+  if (c.router_correction_bias)  // float32 whatever the model's dtype, as transformers keeps it
+    e_score_correction_bias = register_buffer(
+        "e_score_correction_bias",
+        at::zeros({c.num_experts}, at::TensorOptions().dtype(p.dtype == at::kDouble ? at::kDouble : at::kFloat)
+                                       .device(p.device)));
 }
 
-Routing MoeBlockImpl::route(const at::Tensor& x) const {
+at::Tensor RouterImpl::scores(const at::Tensor& logits) const {
+  return sigmoid ? at::sigmoid(logits) : at::softmax(logits, -1);
+}
+
+at::Tensor RouterImpl::select(const at::Tensor& logits) const {
+  at::NoGradGuard no_grad;
+  at::Tensor choice = scores(logits);  // [T, E]
+  if (e_score_correction_bias.defined()) choice = choice + e_score_correction_bias.to(choice.scalar_type());
+  if (n_group > 1) {
+    // Group-limited: a group scores the sum of its two best experts; experts outside the
+    // topk_group best groups are excluded (-inf, as DeepSeek's release code and newer
+    // transformers do; a 0 there would let them win over kept experts with negative scores).
+    const int64_t T = choice.size(0), per = num_experts / n_group;
+    at::Tensor grouped = choice.view({T, n_group, per});
+    at::Tensor group_scores = std::get<0>(grouped.topk(std::min<int64_t>(2, per), -1)).sum(-1);  // [T, G]
+    at::Tensor kept = std::get<1>(group_scores.topk(topk_group, -1));                           // [T, topk_group]
+    at::Tensor mask = at::zeros({T, n_group}, choice.options().dtype(at::kBool)).scatter_(1, kept, true);
+    choice = choice.masked_fill(~mask.unsqueeze(-1).expand({T, n_group, per}).reshape({T, num_experts}),
+                              -std::numeric_limits<double>::infinity());
+  }
+  return std::get<1>(at::topk(choice, top_k, -1));
+}
+
+Routing RouterImpl::route(const at::Tensor& x) const {
   auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   Routing r;
-  r.logits = at::linear(x.to(compute), gate->weight.to(compute));   // [T, E]
-  at::Tensor probs = at::softmax(r.logits, -1);
-  auto top = at::topk(probs, top_k, -1);
-  at::Tensor w = std::get<0>(top);                                  // [T, K]
-  if (norm_topk_prob) w = w / w.sum(-1, /*keepdim=*/true);
+  r.logits = at::linear(x.to(compute), weight.to(compute));  // [T, E]
+  at::Tensor s = scores(r.logits);
+  r.experts = select(r.logits);                              // [T, K]
+  at::Tensor w = s.gather(1, r.experts);                     // [T, K], differentiable
+  if (norm_topk_prob) w = sigmoid ? w / (w.sum(-1, /*keepdim=*/true) + 1e-20) : w / w.sum(-1, /*keepdim=*/true);
+  if (routed_scaling_factor != 1.0) w = w * routed_scaling_factor;
   r.weights = w.to(x.scalar_type());
-  r.experts = std::get<1>(top);
   return r;
+}
+
+MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
+    : num_experts(c.num_experts), top_k(c.num_experts_per_tok) {
+  gate = register_module("gate", Router(c, p));
+  experts = register_module("experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, p));
+  if (c.n_shared_experts > 0)
+    shared_experts = register_module(
+        "shared_experts", DenseMlp(c.hidden_size, c.n_shared_experts * c.moe_intermediate_size, p));
+  dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
 }
 
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
@@ -91,8 +135,18 @@ at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
   TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
   at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
   at::Tensor out = dispatcher->combine(y, d, x.size(0));
+  if (shared_experts) out = out + shared_experts->forward(x);
   if (routing_out) *routing_out = std::move(r);
   return out;
+}
+
+at::Tensor MoeBlockImpl::forward(const at::Tensor& x, const LayerContext& ctx,
+                                 std::vector<at::Tensor>* router_logits) {
+  const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
+  Routing r;
+  at::Tensor y = forward(x.reshape({B * S, H}), &r).view({B, S, H});
+  if (router_logits) router_logits->push_back(r.logits);
+  return y;
 }
 
 at::Tensor TokenTags::per_token(int64_t tokens) const {

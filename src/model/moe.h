@@ -1,5 +1,6 @@
-// The sparse MoE block: float32 router, top-k, token dispatch, packed experts computed
-// grouped by expert, weighted combine.
+// The sparse MoE block: float32 router (softmax top-k, or sigmoid scores with a
+// selection bias and group-limited top-k), token dispatch, packed experts computed
+// grouped by expert, weighted combine, and optional shared experts every token passes.
 //
 // Legend: T tokens, H hidden, E experts (E_local held here), K top-k, I expert width,
 // N = T*K routed token copies (N_local after dispatch).
@@ -12,14 +13,17 @@
 
 #include "model/adapter.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "model/layers.h"
+#include "model/mlp.h"
 
 namespace glint {
 
 // Router decisions for T tokens.
 struct Routing {
-  at::Tensor logits;   // [T, E] float32, before softmax
-  at::Tensor weights;  // [T, K] in the hidden dtype (renormalized when norm_topk_prob)
+  at::Tensor logits;   // [T, E] float32, before softmax / sigmoid
+  at::Tensor weights;  // [T, K] in the hidden dtype (renormalized when norm_topk_prob, scaled
+                       // by routed_scaling_factor)
   at::Tensor experts;  // [T, K] int64 expert ids
   at::Tensor tags;     // [T] int64 token tags (TokenTags), or undefined
 };
@@ -92,17 +96,42 @@ class ExpertsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Experts);
 
-class MoeBlockImpl : public torch::nn::Module {
+// The router ("mlp.gate"): expert scores of each token and its top-k choice. Never adapted.
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(const ModelConfig& c, const TensorPlacement& place);
+  // x [T, H] -> the routing of its tokens.
+  Routing route(const at::Tensor& x) const;
+  // The experts route() chooses for router logits [T, E]: [T, K] int64, no gradient.
+  at::Tensor select(const at::Tensor& logits) const;
+
+  int64_t num_experts, top_k;
+  bool norm_topk_prob;
+  bool sigmoid;  // scoring: sigmoid (else softmax)
+  int64_t n_group, topk_group;
+  double routed_scaling_factor;
+  at::Tensor weight;                   // [E, H]
+  at::Tensor e_score_correction_bias;  // [E] float32 buffer, added to the scores for the
+                                       // choice only; undefined when the family has none
+
+ private:
+  at::Tensor scores(const at::Tensor& logits) const;  // [T, E]
+};
+TORCH_MODULE(Router);
+
+class MoeBlockImpl : public MlpModule {
  public:
   MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place);
   // x [T, H] -> [T, H]; the routing is returned through *routing when non-null.
   at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr);
-  Routing route(const at::Tensor& x) const;
+  // x [B, S, H] -> [B, S, H], appending the router logits [T, E] when non-null.
+  at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits) override;
+  Routing route(const at::Tensor& x) const { return gate->route(x); }
 
   int64_t num_experts, top_k;
-  bool norm_topk_prob;
-  Linear gate{nullptr};  // router, weight [E, H]; never adapted
+  Router gate{nullptr};
   Experts experts{nullptr};
+  DenseMlp shared_experts{nullptr};  // "shared_experts" (n_shared_experts > 0), else absent
   std::shared_ptr<TokenDispatcher> dispatcher;
   std::shared_ptr<const TokenTags> token_tags;  // set from outside; null: no tags
 };

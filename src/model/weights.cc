@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/checkpoint.h"
+#include "io/quantized.h"
 
 namespace glint {
 
@@ -21,6 +22,15 @@ std::string shape_str(at::IntArrayRef s) {
   return out + "]";
 }
 
+// The block scale of an FP8 weight: "<key>_scale_inv", float32 per 128x128 block (the
+// form of DeepSeek-V3's and Qwen's FP8 releases).
+std::string fp8_scale_key(const std::string& key) { return key + "_scale_inv"; }
+constexpr int64_t kFp8Block = 128;
+
+bool is_fp8(const CheckpointReader& ckpt, const std::string& key) {
+  return ckpt.info(key).stored_dtype == "F8_E4M3" && ckpt.contains(fp8_scale_key(key));
+}
+
 void check_shape(const CheckpointReader& ckpt, const std::string& key,
                  at::IntArrayRef expected) {
   GLINT_CHECK(ckpt.contains(key), ckpt.dir(), ": missing key '", key, "' (expected shape ",
@@ -28,9 +38,37 @@ void check_shape(const CheckpointReader& ckpt, const std::string& key,
   const auto& info = ckpt.info(key);
   GLINT_CHECK(at::IntArrayRef(info.shape) == expected, ckpt.dir(), ": key '", key, "' has shape ",
               shape_str(info.shape), ", expected ", shape_str(expected));
-  // Raw float8 codes read as bytes: loading them as numbers would be silently wrong.
-  GLINT_CHECK(info.stored_dtype.rfind("F8_", 0) != 0, ckpt.dir(), ": key '", key, "' is stored as ",
-              info.stored_dtype, ", a quantised form this model family does not read");
+  // Raw float8 codes read as bytes: loading them as numbers would be silently wrong. An
+  // e4m3 matrix with its block scale is dequantised while read.
+  if (info.stored_dtype.rfind("F8_", 0) != 0) return;
+  GLINT_CHECK(info.stored_dtype == "F8_E4M3" && expected.size() == 2, ckpt.dir(), ": key '", key,
+              "' is stored as ", info.stored_dtype, ", a quantised form this model family does not read");
+  GLINT_CHECK(ckpt.contains(fp8_scale_key(key)), ckpt.dir(), ": key '", key,
+              "' is stored as F8_E4M3 but its block scale '", fp8_scale_key(key), "' is missing");
+}
+
+// Rows [start, start + count) of the [R, C] weight `key` as numbers of `dtype`: FP8
+// codes dequantised with their block scale, anything else converted.
+at::Tensor read_value_rows(const CheckpointReader& ckpt, const std::string& key, int64_t start, int64_t count,
+                           c10::ScalarType dtype) {
+  if (!is_fp8(ckpt, key)) return ckpt.read_rows(key, start, count).to(dtype);
+  return dequantize_fp8_blocks(ckpt.read_rows(key, start, count), ckpt.read(fp8_scale_key(key)),
+                               /*scale_is_e8m0=*/false, dtype, ckpt.dir() + ": key '" + key + "'", kFp8Block, start,
+                               ckpt.info(key).shape.at(0));
+}
+
+at::Tensor read_value(const CheckpointReader& ckpt, const std::string& key, c10::ScalarType dtype) {
+  if (!is_fp8(ckpt, key)) return ckpt.read(key).to(dtype);
+  return read_value_rows(ckpt, key, 0, ckpt.info(key).shape.at(0), dtype);
+}
+
+// Elements [start, start + count) of the flattened weight `key`.
+at::Tensor read_value_flat(const CheckpointReader& ckpt, const std::string& key, int64_t start, int64_t count,
+                           c10::ScalarType dtype) {
+  if (!is_fp8(ckpt, key)) return ckpt.read_flat(key, start, count).to(dtype);
+  if (count == 0) return at::empty({0}, at::TensorOptions().dtype(dtype));
+  const int64_t C = ckpt.info(key).shape.at(1), first = start / C, last = (start + count - 1) / C;
+  return read_value_rows(ckpt, key, first, last - first + 1, dtype).reshape({-1}).narrow(0, start - first * C, count);
 }
 
 void copy_into(at::Tensor& param, const at::Tensor& value) {
@@ -65,12 +103,14 @@ void load_experts(ExpertsImpl& ex, int64_t l, const CheckpointReader& ckpt,
     check_shape(ckpt, u, {I, H});
     check_shape(ckpt, d, {H, I});
     at::NoGradGuard no_grad;
-    ex.gate_up_proj[i].narrow(0, 0, I).copy_(ckpt.read(g));
-    ex.gate_up_proj[i].narrow(0, I, I).copy_(ckpt.read(u));
-    ex.down_proj[i].copy_(ckpt.read(d));
-    used->insert(g);
-    used->insert(u);
-    used->insert(d);
+    const auto dt = ex.gate_up_proj.scalar_type();
+    ex.gate_up_proj[i].narrow(0, 0, I).copy_(read_value(ckpt, g, dt));
+    ex.gate_up_proj[i].narrow(0, I, I).copy_(read_value(ckpt, u, dt));
+    ex.down_proj[i].copy_(read_value(ckpt, d, dt));
+    for (const std::string* k : {&g, &u, &d}) {
+      used->insert(*k);
+      used->insert(fp8_scale_key(*k));
+    }
   }
 }
 
@@ -92,12 +132,19 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
   for (auto& site : sites) {
     if ((!layers && site.layer >= 0) || site.expert) continue;  // experts: below
     check_shape(ckpt, site.name, site.tensor.sizes());
-    copy_into(site.tensor, ckpt.read(site.name));
+    copy_into(site.tensor, read_value(ckpt, site.name, site.tensor.scalar_type()));
     used.insert(site.name);
+    used.insert(fp8_scale_key(site.name));
   }
   for (int64_t l = 0; l < model.config.num_hidden_layers && layers; ++l) {
     DecoderLayer layer = model.layer(l);
     if (layer->moe) load_experts(*layer->moe->experts, l, ckpt, &used);
+  }
+  // Buffers that are state (a router's correction bias): every rank holds them whole.
+  for (auto& item : model.named_buffers()) {
+    check_shape(ckpt, item.key(), item.value().sizes());
+    copy_into(item.value(), ckpt.read(item.key()));
+    used.insert(item.key());
   }
   // Layer keys the shard loader (layers == false) may read: each parameter's own name, and
   // for packed experts also the per-expert Hub keys of every expert.
@@ -106,10 +153,13 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
     for (const auto& site : sites) {
       if (site.layer < 0) continue;
       layer_keys.insert(site.name);
+      layer_keys.insert(fp8_scale_key(site.name));
       if (!site.expert) continue;
       for (int64_t e = 0; e < model.config.num_experts; ++e)
-        for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+        for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
           layer_keys.insert(expert_key(site.layer, e, proj));
+          layer_keys.insert(fp8_scale_key(expert_key(site.layer, e, proj)));
+        }
     }
   bool partial_experts = false;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
@@ -138,7 +188,7 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
   bool per_expert = site.expert && !ckpt.contains(name);
   if (!per_expert) {
     check_shape(ckpt, name, shape);
-    return ckpt.read_flat(name, start, count).to(dtype);
+    return read_value_flat(ckpt, name, start, count, dtype);
   }
   // Per-expert Hub keys: gate_up [E,2I,H] is, per expert, gate [I,H] then up [I,H];
   // down [E,H,I] is, per expert, down [H,I]. Read the runs the range covers.
@@ -155,7 +205,7 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
     std::vector<int64_t> key_shape = gate_up ? std::vector<int64_t>{shape[1] / 2, shape[2]}
                                              : std::vector<int64_t>{shape[1], shape[2]};
     check_shape(ckpt, key, key_shape);
-    parts.push_back(ckpt.read_flat(key, off, n).to(dtype));
+    parts.push_back(read_value_flat(ckpt, key, off, n, dtype));
     f += n;
   }
   return parts.empty() ? at::empty({0}, at::TensorOptions().dtype(dtype)) : at::cat(parts);
@@ -168,6 +218,7 @@ std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& mod
     if (name.find(".mlp.experts.") != std::string::npos) continue;
     out.emplace_back(name, item.value().detach());
   }
+  for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
     DecoderLayer layer = model.layer(l);
     if (!layer->moe) continue;

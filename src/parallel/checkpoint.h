@@ -24,10 +24,9 @@ class CheckpointRunner : public RecomputeRunner {
   std::vector<std::vector<at::Tensor>> trainable_;
 };
 
-// The tensors requiring grad that decoder layer `index` uses: its parameters and the
-// tensors `extra` lists under "model.layers.<index>." (e.g. LoraModel::named_parameters()).
-std::vector<at::Tensor> layer_trainable_tensors(
-    CausalLMImpl& model, int64_t index,
-    const std::vector<std::pair<std::string, at::Tensor>>& extra);
+// The tensors requiring grad that decoder layer `index` uses: its parameters and those of
+// `extra` (e.g. LoraModel::layer_parameters(index)) that require grad.
+std::vector<at::Tensor> layer_trainable_tensors(CausalLMImpl& model, int64_t index,
+                                                const std::vector<at::Tensor>& extra);
 
 }  // namespace glint

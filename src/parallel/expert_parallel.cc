@@ -37,10 +37,6 @@ std::shared_ptr<DeviceMesh> make_expert_mesh(std::shared_ptr<Comm> world, int64_
   return std::make_shared<DeviceMesh>(std::move(world), std::move(axes));
 }
 
-bool is_expert_parameter(const std::string& name) {
-  return name.find(".mlp.experts.") != std::string::npos;
-}
-
 void shard_experts(CausalLMImpl& model, std::shared_ptr<Comm> ep_comm) {
   const int64_t ep = ep_comm->size(), E = model.config.num_experts, local = E / ep;
   GLINT_ASSERT(E % ep == 0);

@@ -30,9 +30,6 @@ void validate_expert_mesh(const ModelConfig& config, int world_size, int64_t ep,
 std::shared_ptr<DeviceMesh> make_expert_mesh(std::shared_ptr<Comm> world, int64_t ep,
                                              const std::string& layout);
 
-// True for the model parameters that belong to experts ("...mlp.experts.gate_up_proj").
-bool is_expert_parameter(const std::string& name);
-
 // Keeps only this EP rank's experts in every MoE layer of `model` (a dim-0 slice; lazy
 // weights stay unwritten) and installs the all-to-all dispatcher over `ep_comm`.
 // REQUIRES: validate_expert_mesh passed; no adapters attached yet.

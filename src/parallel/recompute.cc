@@ -34,8 +34,7 @@ struct LayerCall : torch::CustomClassHolder {
   RecomputeRunner* runner = nullptr;
   int64_t index = 0;
   DecoderLayerImpl* layer = nullptr;
-  RotaryTables rope;
-  SequenceLayout layout;
+  LayerContext ctx;
   bool moe = false;
   // The default generator's state before the forward: the recompute replays it, so a
   // stochastic layer (LoRA dropout) draws the same masks twice.
@@ -43,7 +42,7 @@ struct LayerCall : torch::CustomClassHolder {
 
   variable_list compute(const at::Tensor& x) const {
     std::vector<at::Tensor> logits;
-    at::Tensor y = layer->forward(x, rope, layout, moe ? &logits : nullptr);
+    at::Tensor y = layer->forward(x, ctx, moe ? &logits : nullptr);
     variable_list out{y};
     if (moe) out.push_back(logits.at(0));
     return out;
@@ -136,11 +135,10 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
 }  // namespace
 
 at::Tensor RecomputeRunner::run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                                const RotaryTables& rope, const SequenceLayout& layout,
-                                std::vector<at::Tensor>* router_logits) {
+                                const LayerContext& ctx, std::vector<at::Tensor>* router_logits) {
   if (!at::GradMode::is_enabled()) {  // inference: nothing to recompute
     before_compute(index, /*in_backward=*/false);
-    at::Tensor y = layer.forward(x, rope, layout, router_logits);
+    at::Tensor y = layer.forward(x, ctx, router_logits);
     after_compute(index);
     return y;
   }
@@ -148,8 +146,7 @@ at::Tensor RecomputeRunner::run(int64_t index, DecoderLayerImpl& layer, const at
   call->runner = this;
   call->index = index;
   call->layer = &layer;
-  call->rope = rope;
-  call->layout = layout;
+  call->ctx = ctx;
   call->moe = bool(layer.moe);
   variable_list inputs{x};
   for (const auto& t : grad_inputs(index)) inputs.push_back(t);

@@ -15,8 +15,7 @@ namespace glint {
 
 class RecomputeRunner : public LayerRunner {
  public:
-  at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x,
-                 const RotaryTables& rope, const SequenceLayout& layout,
+  at::Tensor run(int64_t index, DecoderLayerImpl& layer, const at::Tensor& x, const LayerContext& ctx,
                  std::vector<at::Tensor>* router_logits) final;
 
   // Called around every forward of layer `index`: in_backward for the recompute in

@@ -91,8 +91,11 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
     st->samples = std::move(data[i]);
     report_.push_back(epoch_line("tenant " + spec.adapter.name, st->samples, spec.steps, spec.batch_size));
     st->sampler = std::make_unique<EpochSampler>(st->samples.size(), spec.seed);
+    std::vector<bool> expert = bank_->adapter(st->slot).expert_parameters();
+    size_t k = 0;
     for (auto& [name, t] : bank_->adapter(st->slot).named_parameters()) {
-      Comm* group = is_expert_parameter(name) ? expert_replicas_.get() : comm_.get();
+      if (expert[k]) expert_tensor_names_.insert(name);
+      Comm* group = expert[k++] ? expert_replicas_.get() : comm_.get();
       st->params.push_back(t);
       st->names.push_back(name);
       st->placement.push_back(Placement{group, group->size()});

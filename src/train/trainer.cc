@@ -57,6 +57,10 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
   GLINT_USAGE_CHECK(std::isfinite(router_aux_loss_coef), "--router-aux-loss-coef must be a number, got ",
                     router_aux_loss_coef);
+  GLINT_USAGE_CHECK(std::isfinite(router_bias_update_rate) && router_bias_update_rate >= 0,
+                    "--router-bias-update-rate must be >= 0, got ", router_bias_update_rate);
+  GLINT_USAGE_CHECK(tenants.empty() || router_bias_update_rate == 0,
+                    "--router-bias-update-rate does not go with --tenant: the tenants share the base model's routers");
   GLINT_USAGE_CHECK(tenants.empty() || router_aux_loss_coef <= 0,
                     "--router-aux-loss-coef does not go with --tenant: the load-balancing loss is a statistic of "
                     "the whole batch and would couple the tenants");
@@ -131,6 +135,13 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     expert_replicas_ = mesh_->axis_comm("ep_fsdp");
     shard_experts(*model_, ep_comm_);
   }
+  if (opt_.router_bias_update_rate > 0) {
+    bool any = false;
+    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
+      if (DecoderLayer layer = model_->layer(l); layer->moe) any |= layer->moe->gate->e_score_correction_bias.defined();
+    GLINT_USAGE_CHECK(any, "--router-bias-update-rate: this ", model_->config.model_type,
+                      " model has no router correction bias to update (aux-loss-free balancing is DeepSeek's)");
+  }
   if (opt_.router_aux_loss_coef >= 0) {  // the CLI's choice over config.json's
     model_->config.output_router_logits = opt_.router_aux_loss_coef > 0;
     model_->config.router_aux_loss_coef = opt_.router_aux_loss_coef;
@@ -181,23 +192,27 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       trainable_.push_back(site.tensor);
       trainable_names_.push_back(site.name);
       placement_.push_back(replicated(site.expert));
+      if (site.expert) expert_tensor_names_.insert(site.name);
     }
   } else if (!opt_.tenants.empty()) {
     setup_tenants(std::move(tenant_data));
   } else {
     lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
     lora_.train(true);
+    std::vector<bool> expert = lora_.expert_parameters();
+    size_t i = 0;
     for (auto& [name, t] : lora_.named_parameters()) {
       trainable_.push_back(t);
       trainable_names_.push_back(name);
-      placement_.push_back(replicated(is_expert_parameter(name)));
+      placement_.push_back(replicated(expert[i]));
+      if (expert[i++]) expert_tensor_names_.insert(name);
     }
   }
   if (opt_.fsdp) {
     std::vector<std::vector<at::Tensor>> adapters(model_->config.num_hidden_layers);
     if (!opt_.full)
       for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
-        adapters[l] = layer_trainable_tensors(*model_, l, lora_.named_parameters());
+        adapters[l] = layer_trainable_tensors(*model_, l, lora_.layer_parameters(l));
     const bool overlap =
         opt_.fsdp_overlap == "on" || (opt_.fsdp_overlap == "auto" && model_->placement.device.is_cuda());
     fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get(),
@@ -209,11 +224,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       placement_.assign(trainable_.size(), Placement{});
     }
   } else if (opt_.activation_checkpointing) {
-    std::vector<std::pair<std::string, at::Tensor>> adapters;
-    if (!opt_.full) adapters = lora_.named_parameters();
     std::vector<std::vector<at::Tensor>> per_layer;
     for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
-      per_layer.push_back(layer_trainable_tensors(*model_, l, adapters));
+      per_layer.push_back(layer_trainable_tensors(*model_, l, opt_.full ? std::vector<at::Tensor>{}
+                                                                          : lora_.layer_parameters(l)));
     model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
   }
   if (opt_.tenants.empty())  // tenants have their own
@@ -302,6 +316,8 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     comm_->all_reduce_sum(load);
     st.idle_experts = load.eq(0).sum().item<int64_t>();
     st.expert_load_max = (std::get<0>(load.max(1)) / load.mean(1)).max().item<double>();
+    // The same global load on every rank: every copy of the biases moves alike.
+    if (opt_.router_bias_update_rate > 0) update_router_biases(*model_, load, opt_.router_bias_update_rate);
   }
   if (!opt_.dump_gradients.empty()) dump_gradients(step_ + 1);
   st.grad_norm = clip_gradients(trainable_, placement_);
@@ -383,7 +399,7 @@ void Trainer::dump_gradients(int64_t step) {
 void Trainer::write_gradients(const std::string& dir, int64_t step,
                               std::vector<std::pair<std::string, at::Tensor>> named) {
   for (auto& [name, t] : named)
-    if (is_expert_parameter(name)) t = all_experts(t);
+    if (expert_tensor_names_.count(name)) t = all_experts(t);
   if (comm_->rank() != 0) return;
   make_dirs(dir);
   write_safetensors(dir + "/step_" + std::to_string(step) + ".safetensors", named);

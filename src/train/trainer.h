@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ struct TrainOptions {
   double max_grad_norm = 1.0;    // 0 disables clipping
   double router_aux_loss_coef = -1;  // load-balancing loss weight (0: off); < 0: as the
                                      // model's config.json (output_router_logits)
+  // Aux-loss-free balancing: after each step, every router correction bias moves by this
+  // much toward balanced load (up for under-loaded experts, down for over-loaded). 0: off.
+  double router_bias_update_rate = 0;
   AdamWOptions adam;
   bool full = false;             // train every parameter instead of a LoRA adapter
   bool activation_checkpointing = false;  // recompute each decoder layer in backward
@@ -216,6 +220,7 @@ class Trainer {
   LoraModel lora_;
   std::vector<at::Tensor> trainable_;
   std::vector<std::string> trainable_names_;
+  std::set<std::string> expert_tensor_names_;  // trainable tensors sliced by expert parallelism
   std::vector<Placement> placement_;  // per trainable tensor
   std::shared_ptr<class FsdpRunner> fsdp_;
   std::unique_ptr<AdamW> optimizer_;

@@ -6,6 +6,7 @@
 #include "core/fs.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
 #include "parallel/fsdp.h"
@@ -61,6 +62,10 @@ void Trainer::save() {
     return;
   }
   save_lora(lora_, opt_.output + "/adapter");
+  // Balancing moved the base model's router biases: saved beside the adapter under
+  // their Hub names, to be loaded over the base model's.
+  if (opt_.router_bias_update_rate > 0 && comm_->rank() == 0)
+    write_safetensors(opt_.output + "/adapter/router_biases.safetensors", router_biases(*model_));
 }
 
 void Trainer::save_lora(LoraModel& lora, const std::string& dir) {

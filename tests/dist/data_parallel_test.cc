@@ -20,9 +20,10 @@ std::string run(const std::string& cmd, int* code) { return glint::testing::run_
 std::vector<nlohmann::json> read_metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
 // Routing made uneven on purpose: hidden dimension 0 of every token embedding is large,
-// and the router rows of experts 6 and 7 of layer 0 weigh it negatively, so these two
+// and the router rows of experts 6 and 7 of the first MoE layer weigh it negatively (and
+// their correction biases, where the router has them, are negative), so these two
 // experts receive few or no tokens (in every step, some expert gets none on any rank).
-void make_routing_uneven(const std::string& file) {
+void make_routing_uneven(const std::string& file, const std::string& router) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   {
     glint::SafetensorsFile f(file);
@@ -30,7 +31,9 @@ void make_routing_uneven(const std::string& file) {
   }
   for (auto& [k, t] : tensors) {
     if (k == "model.embed_tokens.weight") t.select(1, 0).fill_(0.5);
-    if (k == "model.layers.0.mlp.gate.weight") t.narrow(0, 6, 2).select(1, 0).fill_(-4.0);
+    if (k == router) t.narrow(0, 6, 2).select(1, 0).fill_(-4.0);
+    // Sigmoid routing (DeepSeek-V3): the correction bias keeps them out of the choice.
+    if (k == router.substr(0, router.size() - 6) + "e_score_correction_bias") t.narrow(0, 6, 2).fill_(-1.0);
   }
   glint::write_safetensors(file, tensors);
 }
@@ -46,6 +49,7 @@ struct Variant {
   // each step's gradients (norm of the difference over the norm).
   double tol = 1e-9, grad_tol = 1e-9;
   double weight_tol = -1;  // the trained weights; -1: tol
+  std::string model_type = "qwen3_moe";
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
 
@@ -54,21 +58,33 @@ class DataParallel : public ::testing::TestWithParam<Variant> {};
 TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   const bool full = GetParam().full;
   std::string dir = glint::testing::fresh_temp_dir("dp_" + GetParam().name);
-  // A model with the router load-balancing loss on.
-  nlohmann::json cfg = {{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+  // A Qwen3-MoE model with the router load-balancing loss on, or a DeepSeek-V3 one (MLA,
+  // group-limited sigmoid routing, shared experts, a dense first layer).
+  const bool v3 = GetParam().model_type == "deepseek_v3";
+  nlohmann::json v3_cfg = {{"model_type", "deepseek_v3"}, {"vocab_size", 16}, {"hidden_size", 32},
+                           {"intermediate_size", 48},      {"moe_intermediate_size", 16},
+                           {"num_hidden_layers", 2},       {"num_attention_heads", 4},
+                           {"n_routed_experts", 8},        {"num_experts_per_tok", 2},
+                           {"n_shared_experts", 1},        {"n_group", 4},
+                           {"topk_group", 2},              {"first_k_dense_replace", 1},
+                           {"q_lora_rank", 16},            {"kv_lora_rank", 8},
+                           {"qk_nope_head_dim", 8},        {"qk_rope_head_dim", 4},
+                           {"v_head_dim", 6},              {"initializer_range", 0.1}};
+  nlohmann::json cfg = v3 ? v3_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
                         {"num_experts", 8},          {"num_experts_per_tok", 2},
                         {"mlp_only_layers", {1}},    {"output_router_logits", true},
                         {"router_aux_loss_coef", 0.02}, {"initializer_range", 0.1}};
+  const std::string router = v3 ? "model.layers.1.mlp.gate.weight" : "model.layers.0.mlp.gate.weight";
   std::ofstream(dir + "/config.json") << cfg.dump();
   int code;
   std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
                             dir + "/model --seed 3",
                         &code);
   ASSERT_EQ(code, 0) << out;
-  make_routing_uneven(dir + "/model/model.safetensors");
+  make_routing_uneven(dir + "/model/model.safetensors", router);
   std::string train = std::string(GLINT_BINARY) + " train --model " + dir +
                       "/model --steps 3 --batch-size 8 --micro-batch-size 1 --lr 1e-2 --seed 5 --dtype " +
                       GetParam().dtype + " --max-grad-norm 0.5 --warmup-steps 1" + (full ? " --full" : " --lora-r 4") +
@@ -107,6 +123,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
       // In float64 the routing is the same; in narrower types a near-tie may flip.
       if (exact) EXPECT_EQ(m[s]["idle_experts"], base[s]["idle_experts"]) << "step " << s;
       for (const char* k : {"loss", "aux_loss", "grad_norm"}) {
+        if (!base[s].contains(k)) continue;  // no load-balancing loss (DeepSeek-V3)
         worst_metric = std::max(worst_metric, rel(m[s][k].get<double>(), base[s][k].get<double>()));
         EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), tol)
             << k << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
@@ -179,6 +196,8 @@ const std::vector<std::pair<int, std::string>> kEpMeshes = {{2, "--fsdp --ep 2"}
                                                              {4, "--fsdp --ep 2"},
                                                              {4, "--fsdp --ep 2 --ep-layout strided --fsdp-overlap on"}};
 const std::vector<std::pair<int, std::string>> kEp2Fsdp4 = {{4, "--fsdp --ep 2 --fsdp-overlap on"}};
+const std::vector<std::pair<int, std::string>> kEpV3 = {{4, "--fsdp --ep 2"},
+                                                          {2, "--ep 2 --activation-checkpointing"}};
 const std::vector<std::pair<int, std::string>> kEpReplicated = {{2, "--ep 2"}, {4, "--ep 2 --activation-checkpointing"}};
 
 INSTANTIATE_TEST_SUITE_P(
@@ -197,7 +216,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
-                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2}),
+                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
+                      // DeepSeek-V3 under EP x FSDP (and replicated EP with recompute).
+                      Variant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
+                      Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
+#include "model/qwen3/attention.h"
 #include "model/reference.h"
 #include "lora_test_util.h"
 #include "test_util.h"
@@ -247,7 +248,7 @@ TEST(Lora, ApplyFreezesBaseInitializesLikePeftAndDetachRestores) {
   EXPECT_TRUE(lora.sites.empty());
   EXPECT_TRUE(at::equal(before, logits_of(*m)));
   EXPECT_FALSE(m->layer(0)->moe->experts->gate_up_adapter);
-  EXPECT_FALSE(m->layer(1)->self_attn->q_proj->adapter);
+  EXPECT_FALSE(m->layer(1)->attention<AttentionImpl>()->q_proj->adapter);
 
   // On a dense model the default (all) targets keep only what exists.
   CausalLM dense(dense_config(), kF32);
@@ -300,7 +301,7 @@ TEST(Lora, LinearLoraWithRsLoraMatchesMergedWeightAndFiniteDifferences) {
   LoraModel lora = apply_lora(*m, o, 4);
   randomize_adapters(lora, 0.3);
   const double scale = 5.0 / std::sqrt(3.0);
-  for (Linear lin : {m->layer(0)->self_attn->q_proj, m->layer(1)->dense_mlp->down_proj}) {
+  for (Linear lin : {m->layer(0)->attention<AttentionImpl>()->q_proj, m->layer(1)->dense_mlp->down_proj}) {
     auto ad = std::dynamic_pointer_cast<LoraLinear>(lin->adapter);
     ASSERT_TRUE(ad);
     at::Tensor x = at::randn({2, 3, lin->in_features()}, at::kDouble);

@@ -16,6 +16,7 @@
 
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/qwen3/attention.h"
 #include "reference.h"
 
 namespace glint {
@@ -263,10 +264,11 @@ TEST(Attention, MultiQueryFloat32WithBiasMatchesReferenceAndIgnoresPadding) {
   randomize(*attn);
   std::vector<int64_t> pos = {0, 1, 0, 1, 2, 0}, seg = {0, 0, 1, 1, 1, -1};
   at::Tensor x = at::randn({1, 6, c.hidden_size});
-  RotaryTables rope = rotary_tables(row(pos), c.head_dim, c.rope_theta);
-  SequenceLayout layout = sequence_layout(row(seg), c10::Device(c10::kCPU));
+  LayerContext ctx;
+  ctx.rope = {rotary_tables(row(pos), c.head_dim, c.rope_theta)};
+  ctx.layout = sequence_layout(row(seg), c10::Device(c10::kCPU));
   at::NoGradGuard ng;
-  at::Tensor got = attn->forward(x, rope, layout);
+  at::Tensor got = attn->forward(x, ctx);
   AttentionRefWeights w;
   w.Wq = attn->q_proj->weight, w.Wk = attn->k_proj->weight, w.Wv = attn->v_proj->weight;
   w.Wo = attn->o_proj->weight, w.bq = attn->q_proj->bias, w.bk = attn->k_proj->bias;
@@ -277,7 +279,7 @@ TEST(Attention, MultiQueryFloat32WithBiasMatchesReferenceAndIgnoresPadding) {
   // What sits in a padding slot cannot change the real tokens.
   at::Tensor x2 = x.clone();
   x2[0][5].fill_(1e3);
-  EXPECT_TRUE(at::allclose(attn->forward(x2, rope, layout)[0].narrow(0, 0, 5), got[0].narrow(0, 0, 5), 0, 1e-6));
+  EXPECT_TRUE(at::allclose(attn->forward(x2, ctx)[0].narrow(0, 0, 5), got[0].narrow(0, 0, 5), 0, 1e-6));
 }
 
 TEST(Attention, SequenceLayoutFindsEverySequenceAndItsOffsets) {

@@ -6,6 +6,7 @@
 
 #include "lora/lora.h"
 #include "model/causal_lm.h"
+#include "model/qwen3/attention.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "reference.h"
@@ -61,8 +62,10 @@ TEST(Attention, ForwardMatchesNaiveLoopWithSegmentsAndPadding) {
   // Two packed samples (lengths 3 and 2) then two padding tokens.
   std::vector<int64_t> pos = {0, 1, 2, 0, 1, 0, 0}, seg = {0, 0, 0, 1, 1, -1, -1};
   auto row = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
-  at::Tensor got = attn->forward(x, rotary_tables(row(pos), D, c.rope_theta, at::kDouble),
-                                 sequence_layout(row(seg), c10::Device(c10::kCPU)));
+  LayerContext ctx;
+  ctx.rope = {rotary_tables(row(pos), D, c.rope_theta, at::kDouble)};
+  ctx.layout = sequence_layout(row(seg), c10::Device(c10::kCPU));
+  at::Tensor got = attn->forward(x, ctx);
   at::Tensor want = attention_ref(ref_weights(*attn, c), x[0], pos, seg);
   for (int64_t i = 0; i < S; ++i)
     EXPECT_TRUE(at::allclose(got[0][i], want[i], 1e-10, 1e-12)) << "token " << i << got[0][i] << want[i];
@@ -76,10 +79,11 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
   at::Tensor x = at::randn({2, 5, c.hidden_size}, at::kDouble).set_requires_grad(true);
   at::Tensor pos = at::arange(5, at::kLong).repeat({2, 1});
   at::Tensor seg = at::tensor({0, 0, 1, 1, 1, 0, 0, 0, 0, -1}, at::kLong).view({2, 5});
-  RotaryTables rope = rotary_tables(pos, c.head_dim, c.rope_theta, at::kDouble);
-  SequenceLayout layout = sequence_layout(seg, c10::Device(c10::kCPU));
+  LayerContext ctx;
+  ctx.rope = {rotary_tables(pos, c.head_dim, c.rope_theta, at::kDouble)};
+  ctx.layout = sequence_layout(seg, c10::Device(c10::kCPU));
   at::Tensor probe = at::randn({2, 5, c.hidden_size}, at::kDouble);
-  auto f = [&] { return (attn->forward(x, rope, layout) * probe).sum(); };
+  auto f = [&] { return (attn->forward(x, ctx) * probe).sum(); };
   EXPECT_LT(fd_check(f, x), 1e-6);
   for (at::Tensor p : {attn->q_proj->weight, attn->k_proj->weight, attn->v_proj->weight,
                        attn->o_proj->weight, attn->q_norm->weight, attn->k_norm->weight})
@@ -238,7 +242,7 @@ TEST(Lora, ZeroBLeavesLogitsUnchangedAndLinearLoraIsLowRank) {
   // Dense layer 1 has gate/up/down LoRA; attention everywhere; experts in layer 0.
   EXPECT_EQ(lora.sites.size(), 4u + 2u + 4u + 3u);
   // A linear adapter equals x (W + s B A)^T.
-  Linear q = model->layer(1)->self_attn->q_proj;
+  Linear q = model->layer(1)->attention<AttentionImpl>()->q_proj;
   auto ad = std::static_pointer_cast<LoraLinear>(q->adapter);
   ad->B.copy_(at::randn(ad->B.sizes(), at::kDouble));
   at::Tensor x = at::randn({3, c.hidden_size}, at::kDouble);

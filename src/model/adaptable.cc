@@ -1,0 +1,61 @@
+#include "model/adaptable.h"
+
+#include "core/error.h"
+#include "model/causal_lm.h"
+
+namespace glint {
+
+std::string Adaptable::target() const { return experts ? "experts." + parameter : module_name; }
+
+int64_t Adaptable::in_features() const {
+  if (linear) return linear->in_features();
+  return parameter == "gate_up_proj" ? experts->gate_up_proj.size(2) : experts->down_proj.size(2);
+}
+
+int64_t Adaptable::out_features() const {
+  if (linear) return linear->out_features();
+  return parameter == "gate_up_proj" ? experts->gate_up_proj.size(1) : experts->down_proj.size(1);
+}
+
+std::shared_ptr<ExpertAdapter>& Adaptable::expert_adapter() const {
+  GLINT_ASSERT(experts, module_path, " is not an expert tensor");
+  return parameter == "gate_up_proj" ? experts->gate_up_adapter : experts->down_adapter;
+}
+
+namespace {
+
+void walk(torch::nn::Module& module, const std::string& path, const std::string& name, int64_t layer,
+          const std::function<void(const Adaptable&)>& fn) {
+  if (auto* lin = dynamic_cast<LinearImpl*>(&module)) {
+    Adaptable a;
+    a.module_path = path;
+    a.module_name = name;
+    a.layer = layer;
+    a.linear = lin;
+    fn(a);
+    return;
+  }
+  if (auto* ex = dynamic_cast<ExpertsImpl*>(&module)) {
+    for (const char* parameter : {"gate_up_proj", "down_proj"}) {
+      Adaptable a;
+      a.module_path = path;
+      a.module_name = name;
+      a.parameter = parameter;
+      a.layer = layer;
+      a.experts = ex;
+      fn(a);
+    }
+    return;
+  }
+  for (const auto& child : module.named_children())
+    walk(*child.value(), path + "." + child.key(), child.key(), layer, fn);
+}
+
+}  // namespace
+
+void for_each_adaptable(CausalLMImpl& model, const std::function<void(const Adaptable&)>& fn) {
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l)
+    walk(*model.layer(l), "model.layers." + std::to_string(l), std::to_string(l), l, fn);
+}
+
+}  // namespace glint

@@ -1,0 +1,53 @@
+// Reading config.json fields for the families' config mappings: each field checked for
+// presence and type, the file and the field named in the error.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace glint::config_fields {
+
+// Reads j[key] into *out when present and not null; returns whether it did. A missing
+// required field or a wrongly typed one throws glint::Error naming `where` and the key.
+template <typename T>
+bool read(const nlohmann::json& j, const std::string& where, const char* key, T* out, bool required = false) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    GLINT_CHECK(!required, where, ": missing required field '", key, "'");
+    return false;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    GLINT_CHECK(it->is_boolean(), where, ": field '", key, "' must be a boolean, got ", it->dump());
+  } else if constexpr (std::is_integral_v<T>) {
+    GLINT_CHECK(it->is_number_integer(), where, ": field '", key, "' must be an integer, got ", it->dump());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    GLINT_CHECK(it->is_number(), where, ": field '", key, "' must be a number, got ", it->dump());
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    GLINT_CHECK(it->is_string(), where, ": field '", key, "' must be a string, got ", it->dump());
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    GLINT_CHECK(it->is_array(), where, ": field '", key, "' must be an array, got ", it->dump());
+    for (const auto& v : *it)
+      GLINT_CHECK(v.is_number_integer(), where, ": field '", key, "' must hold integers, got ", v.dump());
+  }
+  *out = it->get<T>();
+  return true;
+}
+
+// The fields every decoder family reads: sizes, heads, norms, embeddings, dtype, and
+// rope_theta (top level, or in v5's rope_parameters).
+void read_common(const nlohmann::json& j, const std::string& where, ModelConfig* c);
+// The RoPE scaling block ("rope_scaling", or v5's "rope_parameters" with a rope_type other
+// than "default"): none, or YaRN when `yarn_allowed`; anything else is refused by name.
+void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool yarn_allowed, ModelConfig* c);
+// The checks every family shares: positive sizes, heads dividing, eps, activation.
+void validate_common(const ModelConfig& c, const std::string& where);
+// The fields of read_common as config.json holds them.
+nlohmann::json common_json(const ModelConfig& c);
+
+}  // namespace glint::config_fields

@@ -1,0 +1,70 @@
+#include "model/deepseek_v3/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace glint {
+
+namespace {
+// The latent norms are built without the config's eps in transformers: always 1e-6.
+constexpr double kLatentNormEps = 1e-6;
+}  // namespace
+
+MlaAttentionImpl::MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& p)
+    : num_heads(c.num_attention_heads),
+      nope_dim(c.qk_nope_head_dim),
+      rope_dim(c.qk_rope_head_dim),
+      v_dim(c.v_head_dim),
+      kv_lora_rank(c.kv_lora_rank),
+      interleave(c.rope_interleave) {
+  const int64_t H = c.hidden_size, Dqk = nope_dim + rope_dim;
+  if (c.q_lora_rank == 0) {
+    q_proj = register_module("q_proj", Linear(H, num_heads * Dqk, false, p));
+  } else {
+    q_a_proj = register_module("q_a_proj", Linear(H, c.q_lora_rank, c.attention_bias, p));
+    q_a_layernorm = register_module("q_a_layernorm", RMSNorm(c.q_lora_rank, kLatentNormEps, p));
+    q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, num_heads * Dqk, false, p));
+  }
+  kv_a_proj_with_mqa = register_module("kv_a_proj_with_mqa", Linear(H, kv_lora_rank + rope_dim, c.attention_bias, p));
+  kv_a_layernorm = register_module("kv_a_layernorm", RMSNorm(kv_lora_rank, kLatentNormEps, p));
+  kv_b_proj = register_module("kv_b_proj", Linear(kv_lora_rank, num_heads * (nope_dim + v_dim), false, p));
+  o_proj = register_module("o_proj", Linear(num_heads * v_dim, H, c.attention_bias, p));
+  softmax_scale = 1.0 / std::sqrt(double(Dqk));
+  if (!c.rope_scaling.type.empty() && c.rope_scaling.mscale_all_dim != 0) {
+    double m = yarn_mscale(c.rope_scaling.factor, c.rope_scaling.mscale_all_dim);
+    softmax_scale *= m * m;
+  }
+}
+
+at::Tensor MlaAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  const int64_t B = x.size(0), S = x.size(1), Dqk = nope_dim + rope_dim;
+  at::Tensor q = q_proj ? q_proj->forward(x) : q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(x)));
+  q = q.view({B, S, num_heads, Dqk}).transpose(1, 2);                               // [B,N,S,Dqk]
+  std::vector<at::Tensor> q_parts = q.split_with_sizes({nope_dim, rope_dim}, -1);
+  at::Tensor kv = kv_a_proj_with_mqa->forward(x);                                     // [B,S,Ckv+R]
+  std::vector<at::Tensor> kv_parts = kv.split_with_sizes({kv_lora_rank, rope_dim}, -1);
+  at::Tensor kv_heads = kv_b_proj->forward(kv_a_layernorm->forward(kv_parts[0]))
+                            .view({B, S, num_heads, nope_dim + v_dim})
+                            .transpose(1, 2);                                         // [B,N,S,Dn+Dv]
+  std::vector<at::Tensor> k_parts = kv_heads.split_with_sizes({nope_dim, v_dim}, -1);
+  at::Tensor q_rot = q_parts[1], k_rot = kv_parts[1].unsqueeze(1);                    // [B,N,S,R], [B,1,S,R]
+  if (interleave) {
+    q_rot = deinterleave_pairs(q_rot);
+    k_rot = deinterleave_pairs(k_rot);
+  }
+  q_rot = apply_rotary(q_rot, ctx.rope.at(0));
+  k_rot = apply_rotary(k_rot, ctx.rope.at(0)).expand({B, num_heads, S, rope_dim});
+  at::Tensor query = at::cat({q_parts[0], q_rot}, -1);
+  at::Tensor key = at::cat({k_parts[0], k_rot}, -1);
+  // The kernels scale by 1/sqrt(Dqk); a YaRN correction goes onto the queries.
+  const double extra = softmax_scale * std::sqrt(double(Dqk));
+  if (std::abs(extra - 1.0) > 1e-15) query = query * extra;
+  return o_proj->forward(sequence_attention(query, key, k_parts[1], ctx.layout));
+}
+
+double MlaAttentionImpl::score_macs_per_token(int64_t seq_len) const {
+  return double(seq_len) * double(num_heads) * double(nope_dim + rope_dim + v_dim);
+}
+
+}  // namespace glint

@@ -1,0 +1,221 @@
+#include "model/deepseek_v3/family.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config_fields.h"
+#include "model/deepseek_v3/attention.h"
+#include "model/moe.h"
+
+namespace glint {
+
+namespace {
+
+using nlohmann::json;
+namespace cf = config_fields;
+
+class DeepseekV3Family : public ModelFamily {
+ public:
+  std::string name() const override { return "deepseek_v3"; }
+  std::vector<std::string> model_types() const override { return {"deepseek_v3", "kimi_k2"}; }
+
+  ModelConfig from_json(const json& j, const std::string& where) const override {
+    ModelConfig c;
+    cf::read(j, where, "model_type", &c.model_type, true);
+    // transformers' DeepseekV3Config defaults for what a config.json may leave out.
+    c.intermediate_size = 18432;
+    c.moe_intermediate_size = 2048;
+    c.num_experts = 256;
+    c.num_experts_per_tok = 8;
+    c.n_shared_experts = 1;
+    c.routed_scaling_factor = 2.5;
+    c.kv_lora_rank = 512;
+    c.q_lora_rank = 1536;
+    c.qk_rope_head_dim = 64;
+    c.qk_nope_head_dim = 128;
+    c.v_head_dim = 128;
+    c.n_group = 8;
+    c.topk_group = 4;
+    c.first_k_dense_replace = 3;
+    c.norm_topk_prob = true;
+    c.max_position_embeddings = 4096;
+    c.rope_interleave = true;
+    cf::read_common(j, where, &c);
+    cf::read_rope_scaling(j, where, /*yarn_allowed=*/true, &c);
+    cf::read(j, where, "intermediate_size", &c.intermediate_size);
+    cf::read(j, where, "moe_intermediate_size", &c.moe_intermediate_size);
+    cf::read(j, where, "n_routed_experts", &c.num_experts);
+    cf::read(j, where, "num_experts_per_tok", &c.num_experts_per_tok);
+    cf::read(j, where, "n_shared_experts", &c.n_shared_experts);
+    cf::read(j, where, "routed_scaling_factor", &c.routed_scaling_factor);
+    cf::read(j, where, "kv_lora_rank", &c.kv_lora_rank);
+    auto q = j.find("q_lora_rank");
+    if (q != j.end() && q->is_null()) c.q_lora_rank = 0;  // null: a plain q_proj
+    else cf::read(j, where, "q_lora_rank", &c.q_lora_rank);
+    cf::read(j, where, "qk_rope_head_dim", &c.qk_rope_head_dim);
+    cf::read(j, where, "qk_nope_head_dim", &c.qk_nope_head_dim);
+    cf::read(j, where, "v_head_dim", &c.v_head_dim);
+    cf::read(j, where, "n_group", &c.n_group);
+    cf::read(j, where, "topk_group", &c.topk_group);
+    cf::read(j, where, "first_k_dense_replace", &c.first_k_dense_replace);
+    cf::read(j, where, "norm_topk_prob", &c.norm_topk_prob);
+    cf::read(j, where, "rope_interleave", &c.rope_interleave);
+    std::string scoring = "sigmoid";
+    cf::read(j, where, "scoring_func", &scoring);
+    GLINT_CHECK(scoring == "sigmoid", where, ": scoring_func '", scoring, "' is not supported (expected sigmoid)");
+    auto quant = j.find("quantization_config");
+    if (quant != j.end() && !quant->is_null()) read_quantization(*quant, where + " (quantization_config)");
+    c.head_dim = c.qk_rope_head_dim;  // as transformers sets it: the RoPE width
+    c.scoring_func = "sigmoid";
+    c.router_correction_bias = true;
+    validate(c, where);
+    return c;
+  }
+
+  json to_json(const ModelConfig& c) const override {
+    json j = cf::common_json(c);
+    j["architectures"] = {"DeepseekV3ForCausalLM"};
+    j["intermediate_size"] = c.intermediate_size;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["n_routed_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["n_shared_experts"] = c.n_shared_experts;
+    j["routed_scaling_factor"] = c.routed_scaling_factor;
+    j["kv_lora_rank"] = c.kv_lora_rank;
+    j["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
+    j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+    j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+    j["v_head_dim"] = c.v_head_dim;
+    j["head_dim"] = c.qk_rope_head_dim;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
+    j["first_k_dense_replace"] = c.first_k_dense_replace;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["rope_interleave"] = c.rope_interleave;
+    j["scoring_func"] = "sigmoid";
+    j["topk_method"] = "noaux_tc";
+    const auto& r = c.rope_scaling;
+    if (r.type.empty()) {
+      j["rope_scaling"] = nullptr;
+    } else {
+      json rs = {{"type", r.type},
+                 {"rope_type", r.type},
+                 {"factor", r.factor},
+                 {"original_max_position_embeddings", r.original_max_position_embeddings},
+                 {"beta_fast", r.beta_fast},
+                 {"beta_slow", r.beta_slow}};
+      if (r.mscale != 0) rs["mscale"] = r.mscale;
+      if (r.mscale_all_dim != 0) rs["mscale_all_dim"] = r.mscale_all_dim;
+      if (r.attention_factor > 0) rs["attention_factor"] = r.attention_factor;
+      if (!r.truncate) rs["truncate"] = false;
+      j["rope_scaling"] = rs;
+    }
+    return j;
+  }
+
+  void validate(const ModelConfig& c, const std::string& where) const override {
+    GLINT_CHECK(c.model_type == "deepseek_v3" || c.model_type == "kimi_k2", where, ": model_type '", c.model_type,
+                "' is not a deepseek_v3 family type");
+    cf::validate_common(c, where);
+    auto positive = [&](const char* name, int64_t v) {
+      GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);
+    };
+    positive("kv_lora_rank", c.kv_lora_rank);
+    positive("qk_rope_head_dim", c.qk_rope_head_dim);
+    positive("qk_nope_head_dim", c.qk_nope_head_dim);
+    positive("v_head_dim", c.v_head_dim);
+    GLINT_CHECK(c.q_lora_rank >= 0, where, ": q_lora_rank must be positive or null, got ", c.q_lora_rank);
+    GLINT_CHECK(c.qk_rope_head_dim % 2 == 0, where, ": qk_rope_head_dim must be even for RoPE, got ",
+                c.qk_rope_head_dim);
+    GLINT_CHECK(c.first_k_dense_replace >= 0, where, ": first_k_dense_replace must be >= 0, got ",
+                c.first_k_dense_replace);
+    if (c.first_k_dense_replace > 0 || c.num_experts == 0) positive("intermediate_size", c.intermediate_size);
+    GLINT_CHECK(c.num_experts > 0, where, ": n_routed_experts must be positive, got ", c.num_experts);
+    GLINT_CHECK(c.n_shared_experts >= 0, where, ": n_shared_experts must be >= 0, got ", c.n_shared_experts);
+    GLINT_CHECK(c.n_group > 0 && c.num_experts % c.n_group == 0, where, ": n_group (", c.n_group,
+                ") must divide n_routed_experts (", c.num_experts, ")");
+    GLINT_CHECK(c.n_group == 1 || c.num_experts / c.n_group >= 2, where,
+                ": each of the n_group groups needs at least 2 experts (a group scores its best two), got ",
+                c.num_experts / c.n_group);
+    GLINT_CHECK(c.topk_group >= 1 && c.topk_group <= c.n_group, where, ": topk_group (", c.topk_group,
+                ") must be in [1, n_group = ", c.n_group, "]");
+    GLINT_CHECK(c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group), where,
+                ": num_experts_per_tok (", c.num_experts_per_tok, ") exceeds the experts of the topk_group groups (",
+                c.topk_group * (c.num_experts / c.n_group), ")");
+    GLINT_CHECK(c.routed_scaling_factor > 0, where, ": routed_scaling_factor must be positive, got ",
+                c.routed_scaling_factor);
+  }
+
+  LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
+    LayerParts parts;
+    parts.attention = MlaAttention(c, p).ptr();
+    if (c.is_moe_layer(layer)) parts.mlp = MoeBlock(c, p).ptr();
+    else parts.mlp = DenseMlp(c.hidden_size, c.intermediate_size, p).ptr();
+    return parts;
+  }
+
+  std::vector<RotaryTables> rotary(const ModelConfig& c, const at::Tensor& position_ids,
+                                   c10::ScalarType compute) const override {
+    return {rotary_tables(position_ids, rope_inv_freq(c.qk_rope_head_dim, c.rope_theta, c.rope_scaling),
+                          rope_attention_factor(c.rope_scaling), compute)};
+  }
+
+  ModelConfig tiny(int64_t vocab_size) const override {
+    json j = {{"model_type", "deepseek_v3"},
+              {"vocab_size", vocab_size},
+              {"hidden_size", 64},
+              {"intermediate_size", 96},
+              {"moe_intermediate_size", 24},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 4},
+              {"n_routed_experts", 8},
+              {"num_experts_per_tok", 2},
+              {"n_shared_experts", 1},
+              {"n_group", 4},
+              {"topk_group", 2},
+              {"routed_scaling_factor", 2.5},
+              {"first_k_dense_replace", 1},
+              {"q_lora_rank", 32},
+              {"kv_lora_rank", 16},
+              {"qk_nope_head_dim", 16},
+              {"qk_rope_head_dim", 8},
+              {"v_head_dim", 12},
+              {"max_position_embeddings", 4096},
+              {"initializer_range", 0.1},
+              {"rope_scaling",
+               {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024},
+                {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 0.707}}}};
+    return from_json(j, "deepseek_v3 tiny config");
+  }
+
+  std::vector<std::string> lora_targets() const override {
+    return {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+            "gate_proj", "up_proj", "down_proj", "experts.gate_up_proj", "experts.down_proj"};
+  }
+
+ private:
+  // Only the FP8 form this loader dequantises: e4m3 with 128x128 blocks.
+  static void read_quantization(const json& q, const std::string& where) {
+    GLINT_CHECK(q.is_object(), where, ": must be an object, got ", q.dump());
+    std::string method;
+    cf::read(q, where, "quant_method", &method, true);
+    GLINT_CHECK(method == "fp8", where, ": quant_method '", method, "' is not supported (expected fp8)");
+    std::string fmt = "e4m3";
+    cf::read(q, where, "fmt", &fmt);
+    GLINT_CHECK(fmt == "e4m3", where, ": fmt '", fmt, "' is not supported (expected e4m3)");
+    std::vector<int64_t> block = {128, 128};
+    cf::read(q, where, "weight_block_size", &block);
+    GLINT_CHECK(block == std::vector<int64_t>({128, 128}), where, ": weight_block_size ",
+                json(block).dump(), " is not supported (expected [128, 128])");
+  }
+};
+
+}  // namespace
+
+const ModelFamily& deepseek_v3_family() {
+  static const DeepseekV3Family family;
+  return family;
+}
+
+}  // namespace glint

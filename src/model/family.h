@@ -1,0 +1,88 @@
+// Model families: what differs between model architectures, behind one interface, and
+// the registry that maps a config.json `model_type` to its family. A family lives in
+// one folder, src/model/<family>/ (its config mapping, its layers, its weight names),
+// and is one line in family.cc.
+//
+// The decoder is shared: embeddings, a stack of decoder layers, final norm, lm_head. A
+// decoder layer holds one attention module and one MLP module, both chosen by the
+// family for that layer (dense SwiGLU, MoE, MoE with shared experts).
+//
+// Legend: B rows, S positions, H hidden.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace glint {
+
+// What every layer of one forward shares, computed once per forward.
+struct LayerContext {
+  SequenceLayout layout;           // where the packed sequences lie
+  std::vector<RotaryTables> rope;  // the family's RoPE tables; [0] is the main set
+  at::Tensor input_ids;            // [B,S] int64 on the model's device
+};
+
+// The attention sublayer of a decoder layer: x [B,S,H] (normed) -> [B,S,H].
+class AttentionModule : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) = 0;
+  // Multiply-adds per token outside the projections (the score and value products) for
+  // sequences of `seq_len` tokens: the FLOP count adds these to its walk of the linears.
+  virtual double score_macs_per_token(int64_t seq_len) const = 0;
+};
+
+class MoeBlockImpl;
+
+// The feed-forward sublayer: x [B,S,H] (normed) -> [B,S,H]. A sparse block appends its
+// router logits [T,E] to *router_logits when non-null.
+class MlpModule : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, const LayerContext& ctx,
+                             std::vector<at::Tensor>* router_logits) = 0;
+};
+
+// The two sublayers a family builds for decoder layer `layer`, and the names they are
+// registered under (the Hugging Face module names: "self_attn", "mlp").
+struct LayerParts {
+  std::string attention_name = "self_attn";
+  std::shared_ptr<AttentionModule> attention;
+  std::string mlp_name = "mlp";
+  std::shared_ptr<MlpModule> mlp;
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual std::string name() const = 0;                      // its folder: "qwen3"
+  virtual std::vector<std::string> model_types() const = 0;  // config.json model_types it reads
+  // Reads every field of config.json this family uses, each checked, the offending
+  // value named; `where` names the file. Calls validate().
+  virtual ModelConfig from_json(const nlohmann::json& j, const std::string& where) const = 0;
+  // The config.json transformers writes for `c`.
+  virtual nlohmann::json to_json(const ModelConfig& c) const = 0;
+  // Throws glint::Error naming `where` and the inconsistent fields.
+  virtual void validate(const ModelConfig& c, const std::string& where) const = 0;
+  virtual LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& place) const = 0;
+  // The RoPE tables of one forward for position_ids [B,S], computed in `compute`.
+  virtual std::vector<RotaryTables> rotary(const ModelConfig& c, const at::Tensor& position_ids,
+                                           c10::ScalarType compute) const = 0;
+  // A tiny model of this family (registry tests, examples): a few layers, all its parts.
+  virtual ModelConfig tiny(int64_t vocab_size) const = 0;
+  // The LoRA target names a user may list for this family (linear module names and
+  // "experts.<parameter>" for packed expert tensors), for error messages and --help.
+  virtual std::vector<std::string> lora_targets() const = 0;
+};
+
+// Every registered family, in registry order.
+const std::vector<const ModelFamily*>& model_families();
+// The family reading `model_type`; throws glint::Error naming `where` and the known types.
+const ModelFamily& family_for(const std::string& model_type, const std::string& where);
+
+}  // namespace glint

@@ -1,0 +1,24 @@
+// Qwen3 attention: grouped-query attention with RMSNorm on each query and key head
+// before rotate-half RoPE.
+//
+// Legend: B rows, S positions, H hidden, Nh query heads, Nkv key/value heads, D head_dim.
+#pragma once
+
+#include "model/family.h"
+
+namespace glint {
+
+class AttentionImpl : public AttentionModule {
+ public:
+  AttentionImpl(const ModelConfig& c, const TensorPlacement& place);
+  // x [B,S,H] -> [B,S,H]; RoPE from ctx.rope[0].
+  at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  double score_macs_per_token(int64_t seq_len) const override;
+
+  int64_t num_heads, num_kv_heads, head_dim;
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+}  // namespace glint

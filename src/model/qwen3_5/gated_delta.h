@@ -1,0 +1,39 @@
+// The two sequence mixers of a Gated DeltaNet layer (Qwen3.5-MoE, Qwen3-Next), as pure
+// functions of tensors over a packed [B,S] batch: the causal depthwise convolution in front
+// of the recurrence, and the gated delta rule itself in its chunk-wise form. Both are
+// ordinary ATen ops, so they run on any device and autograd differentiates them.
+//
+// Legend: B rows, S positions, Hv value heads, Dk key dim, Dv value dim, C conv channels,
+// W kernel width.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "model/layers.h"
+
+namespace glint {
+
+// Causal depthwise conv1d over each sequence of `layout`, without bias:
+//   out[b,t,c] = sum_{j<W} weight[c,0,j] * x[b, t-(W-1)+j, c],
+// where a position before the start of t's sequence reads as zero, so every sequence is
+// convolved as if it were alone in its row (the layout of nn.Conv1d with padding W-1,
+// output truncated to S). Padding tokens are sequences of one.
+// x [B,S,C], weight [C,1,W] -> [B,S,C] in x's dtype (accumulated in float32 or wider).
+// REQUIRES: B == layout.rows, S == layout.seq_len.
+at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout);
+
+// The gated delta rule, with the state restarting at zero at every sequence of `layout`.
+// q, k [B,S,Hv,Dk] (already L2-normalised, q already scaled by Dk^-1/2), v [B,S,Hv,Dv],
+// g [B,S,Hv] (log decay, <= 0), beta [B,S,Hv] -> o [B,S,Hv,Dv]. Per token and head, with the
+// state St [Dk,Dv] starting at 0 at the sequence start:
+//   St <- exp(g) St;  delta = beta (v - St^T k);  St <- St + k delta^T;  o = St^T q.
+// Computed chunk-wise (`chunk` tokens at a time, a loop over chunks carrying the state) in
+// float32, or float64 for float64 inputs; returned in q's dtype. Differentiable in all five
+// inputs. Outputs at padding tokens are zero.
+// REQUIRES: B == layout.rows, S == layout.seq_len, chunk >= 1.
+at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                            const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk = 64);
+
+}  // namespace glint

@@ -1,0 +1,266 @@
+// The chunked gated delta rule and the causal depthwise conv against per-token / per-position
+// loops (tests/model/reference_gated_delta.h): chunk sizes that do and do not divide the
+// lengths, packed rows with padding, gradients against finite differences, restarts at
+// sequence boundaries in both directions of autograd.
+//
+// Legend: B rows, S positions, H value heads, Dk key dim, Dv value dim, C channels, W width.
+#include "model/qwen3_5/gated_delta.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/error.h"
+#include "model/layers.h"
+#include "reference_gated_delta.h"
+
+namespace glint {
+namespace {
+
+using namespace glint::testing;
+
+const auto kF64 = at::TensorOptions().dtype(at::kDouble);
+
+SequenceLayout layout_of(const std::vector<std::vector<int64_t>>& segments) {
+  std::vector<at::Tensor> rows;
+  for (const auto& r : segments) rows.push_back(at::tensor(r, at::kLong).unsqueeze(0));
+  return sequence_layout(at::cat(rows, 0), c10::Device(c10::kCPU));
+}
+
+// Inputs shaped as the model makes them: unit-norm keys, q scaled by Dk^-1/2, decays in
+// (-2, 0), beta in (0, 1).
+struct Inputs {
+  at::Tensor q, k, v, g, beta;  // [B,S,H,Dk] x2, [B,S,H,Dv], [B,S,H] x2
+};
+Inputs random_inputs(int64_t B, int64_t S, int64_t H, int64_t Dk, int64_t Dv, at::TensorOptions opts = kF64) {
+  Inputs in;
+  in.q = at::randn({B, S, H, Dk}, opts);
+  in.q = in.q / in.q.norm(2, -1, true) / std::sqrt(double(Dk));
+  in.k = at::randn({B, S, H, Dk}, opts);
+  in.k = in.k / in.k.norm(2, -1, true);
+  in.v = at::randn({B, S, H, Dv}, opts);
+  in.g = -2.0 * at::rand({B, S, H}, opts);
+  in.beta = at::rand({B, S, H}, opts);
+  return in;
+}
+
+at::Tensor run(const Inputs& in, const SequenceLayout& layout, int64_t chunk) {
+  return gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout, chunk);
+}
+
+// The reference on positions [start, start+length) of row b.
+at::Tensor ref_span(const Inputs& in, int64_t b, int64_t start, int64_t length) {
+  auto cut = [&](const at::Tensor& t) { return t[b].narrow(0, start, length); };
+  return gated_delta_rule_ref(cut(in.q), cut(in.k), cut(in.v), cut(in.g), cut(in.beta));
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// Every non-padding sequence of `layout` against the reference run on it alone; padding
+// outputs must be finite.
+void expect_matches_reference(const Inputs& in, const SequenceLayout& layout, const at::Tensor& got, double tol) {
+  ASSERT_TRUE(at::isfinite(got).all().item<bool>());
+  for (const auto& s : layout.spans) {
+    if (s.padding) continue;
+    EXPECT_LT(max_diff(got[s.row].narrow(0, s.start, s.length), ref_span(in, s.row, s.start, s.length)), tol)
+        << "row " << s.row << " span [" << s.start << ", +" << s.length << ")";
+  }
+}
+
+TEST(GatedDeltaRule, ReferenceRecurrenceMatchesHandComputedSteps) {
+  // Dk = Dv = 1, one head, two tokens:
+  //   S1 = b1 k1 v1, o1 = S1 q1;
+  //   S2 = e^{g2} S1 + k2 b2 (v2 - e^{g2} S1 k2), o2 = S2 q2.
+  const double q1 = 0.5, k1 = 2.0, v1 = 3.0, g1 = -0.3, b1 = 0.25;
+  const double q2 = -1.5, k2 = 0.5, v2 = -1.0, g2 = -0.7, b2 = 0.8;
+  auto col = [](double a, double b) { return at::tensor({a, b}, kF64).view({2, 1, 1}); };
+  at::Tensor o =
+      gated_delta_rule_ref(col(q1, q2), col(k1, k2), col(v1, v2), col(g1, g2).view({2, 1}), col(b1, b2).view({2, 1}));
+  const double S1 = b1 * k1 * v1;
+  const double S2 = std::exp(g2) * S1 + k2 * b2 * (v2 - std::exp(g2) * S1 * k2);
+  EXPECT_NEAR(o[0][0][0].item<double>(), S1 * q1, 1e-15);
+  EXPECT_NEAR(o[1][0][0].item<double>(), S2 * q2, 1e-15);
+}
+
+TEST(GatedDeltaRule, ChunkedMatchesRecurrenceForEveryChunkSize) {
+  at::manual_seed(1);
+  const int64_t H = 3, Dk = 4, Dv = 5;
+  for (int64_t length : {1, 3, 4, 9, 70})
+    for (int64_t chunk : {1, 2, 3, 4, 64}) {
+      Inputs in = random_inputs(1, length, H, Dk, Dv);
+      SequenceLayout layout = layout_of({std::vector<int64_t>(length, 0)});
+      at::Tensor got = run(in, layout, chunk);
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, length, H, Dv}));
+      EXPECT_LT(max_diff(got[0], ref_span(in, 0, 0, length)), 1e-10) << "length " << length << " chunk " << chunk;
+    }
+}
+
+TEST(GatedDeltaRule, PackedRowsMatchEachSequenceAlone) {
+  at::manual_seed(2);
+  const int64_t H = 2, Dk = 3, Dv = 4;
+  const std::vector<std::vector<std::vector<int64_t>>> layouts = {
+      // rows differ: sequences back to back, padding between and after, a row of padding
+      {{0, 0, 0, 1, 1, 1, 1, 1, -1, -1, 2, 2, 2, 2, 2, -1},
+       {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, -1, 7, 7, 7, -1},
+       {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+       {0, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}},
+      // rows alike, different data
+      {{0, 0, 0, 0, 0, 1, 1, -1, 2, 2, 2, 2, 2, 2, 2, 2}, {0, 0, 0, 0, 0, 1, 1, -1, 2, 2, 2, 2, 2, 2, 2, 2}},
+  };
+  for (const auto& segments : layouts) {
+    SequenceLayout layout = layout_of(segments);
+    Inputs in = random_inputs(layout.rows, layout.seq_len, H, Dk, Dv);
+    for (int64_t chunk : {3, 4, 64}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (layout.rows_alike ? ", rows alike" : ", rows differ"));
+      at::Tensor got = run(in, layout, chunk);
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{layout.rows, layout.seq_len, H, Dv}));
+      expect_matches_reference(in, layout, got, 1e-10);
+    }
+  }
+  // The same data run as one sequence per row gives other outputs: the packed layouts above
+  // really do cut state that would otherwise flow across.
+  SequenceLayout packed = layout_of({{0, 0, 0, 1, 1, 1}});
+  Inputs in = random_inputs(1, 6, H, Dk, Dv);
+  EXPECT_GT(max_diff(run(in, packed, 4), run(in, layout_of({{0, 0, 0, 0, 0, 0}}), 4)), 1e-3);
+}
+
+TEST(GatedDeltaRule, Float32AndBFloat16ReturnTheirDtypeAndStayClose) {
+  at::manual_seed(3);
+  const int64_t H = 2, Dk = 16, Dv = 8, S = 150;
+  SequenceLayout layout = layout_of({std::vector<int64_t>(S, 0)});
+  Inputs in = random_inputs(1, S, H, Dk, Dv);
+  at::Tensor want = ref_span(in, 0, 0, S);
+  Inputs f32{in.q.to(at::kFloat), in.k.to(at::kFloat), in.v.to(at::kFloat), in.g.to(at::kFloat),
+             in.beta.to(at::kFloat)};
+  at::Tensor got = run(f32, layout, 64);
+  EXPECT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_LT(max_diff(got[0], want), 1e-4);
+  Inputs bf16{in.q.to(at::kBFloat16), in.k.to(at::kBFloat16), in.v.to(at::kBFloat16), in.g.to(at::kBFloat16),
+              in.beta.to(at::kBFloat16)};
+  at::Tensor low = run(bf16, layout, 64);
+  EXPECT_EQ(low.scalar_type(), at::kBFloat16);
+  EXPECT_LT(max_diff(low[0], want), 0.1);
+}
+
+// d/dx of sum(o * R) for every entry of every input, autograd on the chunked rule against
+// central differences of the reference, on two packed sequences that cross chunk borders.
+TEST(GatedDeltaRule, GradientsMatchFiniteDifferences) {
+  at::manual_seed(4);
+  const int64_t H = 2, Dk = 3, Dv = 2;
+  SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, -1, 1, 1}});
+  Inputs in = random_inputs(1, layout.seq_len, H, Dk, Dv);
+  at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kF64);
+  std::vector<at::Tensor*> leaves = {&in.q, &in.k, &in.v, &in.g, &in.beta};
+  for (at::Tensor* t : leaves) t->requires_grad_(true);
+  (run(in, layout, 3) * R).sum().backward();
+
+  auto loss_ref = [&](const Inputs& x) {
+    double sum = 0;
+    for (const auto& s : layout.spans)
+      if (!s.padding)
+        sum += (ref_span(x, 0, s.start, s.length) * R[0].narrow(0, s.start, s.length)).sum().item<double>();
+    return sum;
+  };
+  const double eps = 1e-6;
+  const char* names[] = {"q", "k", "v", "g", "beta"};
+  for (size_t n = 0; n < leaves.size(); ++n) {
+    at::Tensor grad = leaves[n]->grad();
+    ASSERT_TRUE(grad.defined()) << names[n];
+    at::Tensor flat_grad = grad.reshape(-1);
+    for (int64_t i = 0; i < flat_grad.numel(); ++i) {
+      Inputs plus{in.q.detach().clone(), in.k.detach().clone(), in.v.detach().clone(), in.g.detach().clone(),
+                  in.beta.detach().clone()};
+      Inputs minus{in.q.detach().clone(), in.k.detach().clone(), in.v.detach().clone(), in.g.detach().clone(),
+                   in.beta.detach().clone()};
+      at::Tensor* p[] = {&plus.q, &plus.k, &plus.v, &plus.g, &plus.beta};
+      at::Tensor* m[] = {&minus.q, &minus.k, &minus.v, &minus.g, &minus.beta};
+      p[n]->view(-1)[i] += eps;
+      m[n]->view(-1)[i] -= eps;
+      const double numeric = (loss_ref(plus) - loss_ref(minus)) / (2 * eps);
+      EXPECT_NEAR(flat_grad[i].item<double>(), numeric, 1e-8) << names[n] << "[" << i << "]";
+    }
+  }
+}
+
+TEST(GatedDeltaRule, NoGradientCrossesASequenceStart) {
+  at::manual_seed(5);
+  SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, 1, 1, 1, 1}});
+  Inputs in = random_inputs(1, 9, 2, 3, 3);
+  for (at::Tensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) t->requires_grad_(true);
+  // Only the second sequence's outputs enter the loss.
+  run(in, layout, 2)[0].narrow(0, 5, 4).sum().backward();
+  for (at::Tensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) {
+    EXPECT_EQ(t->grad()[0].narrow(0, 0, 5).abs().max().item<double>(), 0.0);
+    EXPECT_GT(t->grad()[0].narrow(0, 5, 4).abs().max().item<double>(), 0.0);
+  }
+}
+
+TEST(GatedDeltaRule, RejectsMismatchedShapes) {
+  SequenceLayout layout = layout_of({{0, 0, 0, 0}});
+  Inputs in = random_inputs(1, 4, 2, 3, 3);
+  EXPECT_THROW(gated_delta_rule(in.q, in.k.narrow(3, 0, 2), in.v, in.g, in.beta, layout), Error);
+  EXPECT_THROW(gated_delta_rule(in.q, in.k, in.v, in.g, in.beta.unsqueeze(-1), layout), Error);
+  EXPECT_THROW(gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout_of({{0, 0, 0}})), Error);
+  EXPECT_THROW(gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout, 0), Error);
+}
+
+TEST(CausalDepthwiseConv1d, MatchesPerPositionLoopAndRestartsAtEverySequence) {
+  at::manual_seed(6);
+  const int64_t C = 5, W = 4;
+  SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, 0, 1, 1, -1, -1, 2, 2},
+                                     {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+                                     {0, -1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2}});
+  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kF64);
+  at::Tensor w = at::randn({C, 1, W}, kF64);
+  at::Tensor got = causal_depthwise_conv1d(x, w, layout);
+  ASSERT_EQ(got.sizes(), x.sizes());
+  ASSERT_TRUE(at::isfinite(got).all().item<bool>());
+  for (const auto& s : layout.spans) {
+    if (s.padding) continue;
+    at::Tensor want = causal_depthwise_conv1d_ref(x[s.row].narrow(0, s.start, s.length), w);
+    EXPECT_LT(max_diff(got[s.row].narrow(0, s.start, s.length), want), 1e-14) << "row " << s.row << " at " << s.start;
+  }
+  // Without the restarts the second sequence of row 0 would read the first's last tokens.
+  at::Tensor whole = causal_depthwise_conv1d_ref(x[0], w);
+  EXPECT_GT(max_diff(got[0].narrow(0, 6, 2), whole.narrow(0, 6, 2)), 1e-3);
+  // The last tap multiplies the current token: a kernel [0,0,0,1] is the identity.
+  at::Tensor identity = at::zeros({C, 1, W}, kF64);
+  identity.select(2, W - 1).fill_(1.0);
+  EXPECT_LT(max_diff(causal_depthwise_conv1d(x, identity, layout), x), 1e-15);
+}
+
+TEST(CausalDepthwiseConv1d, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
+  at::manual_seed(7);
+  const int64_t C = 3, W = 3;
+  SequenceLayout layout = layout_of({{0, 0, 0, 1, 1, -1}});
+  at::Tensor x = at::randn({1, 6, C}, kF64).requires_grad_(true);
+  at::Tensor w = at::randn({C, 1, W}, kF64).requires_grad_(true);
+  at::Tensor R = at::randn({1, 6, C}, kF64);
+  (causal_depthwise_conv1d(x, w, layout) * R).sum().backward();
+  auto loss = [&](const at::Tensor& xs, const at::Tensor& ws) {
+    return (causal_depthwise_conv1d(xs, ws, layout) * R).sum().item<double>();
+  };
+  const double eps = 1e-6;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    at::Tensor p = x.detach().clone(), m = x.detach().clone();
+    p.view(-1)[i] += eps;
+    m.view(-1)[i] -= eps;
+    EXPECT_NEAR(x.grad().view(-1)[i].item<double>(), (loss(p, w.detach()) - loss(m, w.detach())) / (2 * eps), 1e-8);
+  }
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    at::Tensor p = w.detach().clone(), m = w.detach().clone();
+    p.view(-1)[i] += eps;
+    m.view(-1)[i] -= eps;
+    EXPECT_NEAR(w.grad().view(-1)[i].item<double>(), (loss(x.detach(), p) - loss(x.detach(), m)) / (2 * eps), 1e-8);
+  }
+  at::Tensor low = causal_depthwise_conv1d(x.detach().to(at::kBFloat16), w.detach(), layout);
+  EXPECT_EQ(low.scalar_type(), at::kBFloat16);
+}
+
+}  // namespace
+}  // namespace glint
