@@ -84,15 +84,39 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
 
 std::vector<std::string> CheckpointReader::keys() const {
   std::vector<std::string> out;
-  for (const auto& kv : key_to_file_) out.push_back(kv.first);
+  if (renamed_)
+    for (const auto& kv : renamed_to_stored_) out.push_back(kv.first);
+  else
+    for (const auto& kv : key_to_file_) out.push_back(kv.first);
   return out;
 }
 
 bool CheckpointReader::contains(const std::string& key) const {
-  return key_to_file_.count(key) > 0;
+  return renamed_ ? renamed_to_stored_.count(key) > 0 : key_to_file_.count(key) > 0;
 }
 
-const SafetensorsFile& CheckpointReader::file_for(const std::string& key) const {
+void CheckpointReader::rename_keys(const std::function<std::string(const std::string&)>& name) {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, file] : key_to_file_) {
+    (void)file;
+    std::string seen = name(key);
+    if (seen.empty()) continue;
+    auto [it, fresh] = out.emplace(seen, key);
+    GLINT_CHECK(fresh, dir_, ": keys '", it->second, "' and '", key, "' both name the tensor '", seen, "'");
+  }
+  renamed_ = true;
+  renamed_to_stored_ = std::move(out);
+}
+
+const std::string& CheckpointReader::stored(const std::string& key) const {
+  if (!renamed_) return key;
+  auto it = renamed_to_stored_.find(key);
+  GLINT_CHECK(it != renamed_to_stored_.end(), dir_, ": no tensor named '", key, "' in the checkpoint");
+  return it->second;
+}
+
+const SafetensorsFile& CheckpointReader::file_for(const std::string& stored_key) const {
+  const std::string& key = stored_key;
   auto it = key_to_file_.find(key);
   GLINT_CHECK(it != key_to_file_.end(), dir_, ": no tensor named '", key, "' in the checkpoint");
   auto& f = files_[it->second];
@@ -109,21 +133,25 @@ const SafetensorsFile& CheckpointReader::file_for(const std::string& key) const 
 }
 
 const TensorInfo& CheckpointReader::info(const std::string& key) const {
-  return file_for(key).info(key);
+  const std::string& k = stored(key);
+  return file_for(k).info(k);
 }
 
 at::Tensor CheckpointReader::read(const std::string& key) const {
-  return file_for(key).read(key);
+  const std::string& k = stored(key);
+  return file_for(k).read(k);
 }
 
 at::Tensor CheckpointReader::read_rows(const std::string& key, int64_t start,
                                        int64_t count) const {
-  return file_for(key).read_rows(key, start, count);
+  const std::string& k = stored(key);
+  return file_for(k).read_rows(k, start, count);
 }
 
 at::Tensor CheckpointReader::read_flat(const std::string& key, int64_t start,
                                        int64_t count) const {
-  return file_for(key).read_flat(key, start, count);
+  const std::string& k = stored(key);
+  return file_for(k).read_flat(k, start, count);
 }
 
 void write_checkpoint(const std::string& dir,

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,10 +30,18 @@ class CheckpointReader {
   at::Tensor read_rows(const std::string& key, int64_t start, int64_t count) const;
   at::Tensor read_flat(const std::string& key, int64_t start, int64_t count) const;
 
+  // Renames the keys as the model's weight map names them: every stored key k is seen as
+  // name(k) from then on, or not at all when name(k) is empty. Two keys renamed to one
+  // name throw glint::Error naming both.
+  void rename_keys(const std::function<std::string(const std::string&)>& name);
+
  private:
+  const std::string& stored(const std::string& key) const;  // the key in the file
   const SafetensorsFile& file_for(const std::string& key) const;
   std::string dir_;
-  std::map<std::string, std::string> key_to_file_;  // key -> file name inside dir_
+  std::map<std::string, std::string> key_to_file_;  // stored key -> file name inside dir_
+  bool renamed_ = false;
+  std::map<std::string, std::string> renamed_to_stored_;  // after rename_keys
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
 };
 

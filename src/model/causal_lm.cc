@@ -19,9 +19,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const Te
   mlp = register_module(parts.mlp_name, parts.mlp);
   if (auto d = std::dynamic_pointer_cast<DenseMlpImpl>(mlp)) dense_mlp = DenseMlp(d);
   if (auto m = std::dynamic_pointer_cast<MoeBlockImpl>(mlp)) moe = MoeBlock(m);
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
+  post_attention_layernorm = register_module("post_attention_layernorm",
+                                             RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ctx,
@@ -48,7 +49,7 @@ DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const TensorPlacement& 
   embed_tokens_weight = holder->weight;
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(DecoderLayer(c, l, p));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, p));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, const TensorPlacement& p)
@@ -192,7 +193,9 @@ void init_weights(CausalLMImpl& model, uint64_t seed) {
   // Norm weights start at one, linear biases at zero: found by module type.
   std::unordered_set<const c10::TensorImpl*> ones, zeros;
   for (const auto& m : model.modules()) {
-    if (auto* norm = dynamic_cast<RMSNormImpl*>(m.get())) ones.insert(norm->weight.unsafeGetTensorImpl());
+    // (1 + w) norms start at zero, as transformers initialises them.
+    if (auto* norm = dynamic_cast<RMSNormImpl*>(m.get()))
+      (norm->unit_offset ? zeros : ones).insert(norm->weight.unsafeGetTensorImpl());
     if (auto* lin = dynamic_cast<LinearImpl*>(m.get()); lin && lin->bias.defined())
       zeros.insert(lin->bias.unsafeGetTensorImpl());
   }

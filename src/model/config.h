@@ -60,6 +60,14 @@ struct ModelConfig {
   int64_t n_shared_experts = 0;          // shared experts, each moe_intermediate_size wide
   int64_t first_k_dense_replace = 0;     // the first k layers are dense
   int64_t moe_layer_freq = 1;            // then every moe_layer_freq-th layer is MoE
+  // Qwen3.5-MoE / Qwen3-Next: (1+w) RMSNorms (weights stored around zero), layer kinds,
+  // partial RoPE, Gated DeltaNet sizes, one shared expert behind a sigmoid gate.
+  bool norm_unit_offset = false;
+  std::vector<std::string> layer_types;  // "full_attention" / "linear_attention"; empty: all full
+  double partial_rotary_factor = 1.0;    // RoPE on the first head_dim * factor dims
+  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0, linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
+  int64_t shared_expert_intermediate_size = 0;  // 0: none; else "shared_expert" + its gate
 
   // True when decoder layer `layer` uses the sparse MoE block.
   bool is_moe_layer(int64_t layer) const;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/deepseek_v3/family.h"
 #include "model/qwen3/family.h"
+#include "model/qwen3_5/family.h"
 
 namespace glint {
 
@@ -11,6 +12,7 @@ const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> families = {
       &qwen3_family(),
       &deepseek_v3_family(),
+      &qwen3_5_family(),
   };
   return families;
 }

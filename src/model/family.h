@@ -78,6 +78,13 @@ class ModelFamily {
   // The LoRA target names a user may list for this family (linear module names and
   // "experts.<parameter>" for packed expert tensors), for error messages and --help.
   virtual std::vector<std::string> lora_targets() const = 0;
+  // The weight map's reading of a stored checkpoint key: the model's name for it, or ""
+  // for a key the family skips (vision or multi-token-prediction weights, say). The
+  // default: keys are the model's names.
+  virtual std::string model_key(const std::string& stored, const ModelConfig& c) const { return stored; }
+  // The expert form save_pretrained writes: packed ("mlp.experts.gate_up_proj" [E,2I,H],
+  // as the family's releases store them) or per expert (the Hub's older form).
+  virtual bool saves_packed_experts() const { return false; }
 };
 
 // Every registered family, in registry order.

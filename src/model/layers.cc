@@ -27,9 +27,10 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const TensorPlacement& p) : eps(eps_) {
-  weight = register_parameter("weight",
-                              at::ones({dim}, at::TensorOptions().dtype(p.dtype).device(p.device)));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const TensorPlacement& p, bool offset)
+    : eps(eps_), unit_offset(offset) {
+  auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
+  weight = register_parameter("weight", offset ? at::zeros({dim}, opts) : at::ones({dim}, opts));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
@@ -37,6 +38,8 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor xf = x.to(compute);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  // (1 + w) scales in float32 before the cast, as transformers' Qwen3.5 norm does.
+  if (unit_offset) return (xf * at::rsqrt(var + eps) * (1.0 + weight.to(compute))).to(x.scalar_type());
   at::Tensor normed = (xf * at::rsqrt(var + eps)).to(x.scalar_type());
   return weight * normed;
 }

@@ -42,12 +42,14 @@ TORCH_MODULE(Linear);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const TensorPlacement& place);
+  // unit_offset: the scale is (1 + weight), the weight stored around zero (Qwen3.5).
+  RMSNormImpl(int64_t dim, double eps, const TensorPlacement& place, bool unit_offset = false);
   // Normalizes over the last dim in float32, returns the input's dtype.
   at::Tensor forward(const at::Tensor& x);
 
   at::Tensor weight;  // [dim]
   double eps;
+  bool unit_offset;
 };
 TORCH_MODULE(RMSNorm);
 

@@ -126,6 +126,10 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
   if (c.n_shared_experts > 0)
     shared_experts = register_module(
         "shared_experts", DenseMlp(c.hidden_size, c.n_shared_experts * c.moe_intermediate_size, p));
+  if (c.shared_expert_intermediate_size > 0) {
+    shared_experts = register_module("shared_expert", DenseMlp(c.hidden_size, c.shared_expert_intermediate_size, p));
+    shared_expert_gate = register_module("shared_expert_gate", Linear(c.hidden_size, 1, false, p));
+  }
   dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
 }
 
@@ -135,7 +139,8 @@ at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
   TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
   at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
   at::Tensor out = dispatcher->combine(y, d, x.size(0));
-  if (shared_experts) out = out + shared_experts->forward(x);
+  if (shared_expert_gate) out = out + at::sigmoid(shared_expert_gate->forward(x)) * shared_experts->forward(x);
+  else if (shared_experts) out = out + shared_experts->forward(x);
   if (routing_out) *routing_out = std::move(r);
   return out;
 }

@@ -131,7 +131,9 @@ class MoeBlockImpl : public MlpModule {
   int64_t num_experts, top_k;
   Router gate{nullptr};
   Experts experts{nullptr};
-  DenseMlp shared_experts{nullptr};  // "shared_experts" (n_shared_experts > 0), else absent
+  DenseMlp shared_experts{nullptr};  // "shared_experts" (n_shared_experts > 0) or "shared_expert"
+                                     // (shared_expert_intermediate_size > 0), else absent
+  Linear shared_expert_gate{nullptr};  // [1, H]: sigmoid gate on "shared_expert", else absent
   std::shared_ptr<TokenDispatcher> dispatcher;
   std::shared_ptr<const TokenTags> token_tags;  // set from outside; null: no tags
 };

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
+#include <iostream>
 #include <set>
 
 #include "core/dtype.h"
@@ -121,6 +122,21 @@ bool is_ignorable_key(const std::string& key) {
 
 }  // namespace
 
+std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& dir, const ModelConfig& c) {
+  auto ckpt = std::make_unique<CheckpointReader>(dir);
+  const ModelFamily& family = family_for(c.model_type, dir + "/config.json");
+  int64_t skipped = 0;
+  ckpt->rename_keys([&](const std::string& key) {
+    std::string name = family.model_key(key, c);
+    skipped += name.empty();
+    return name;
+  });
+  if (skipped > 0)
+    std::cerr << "glint: " << dir << ": skipping " << skipped << " tensors " << c.model_type
+              << " models do not use for text (vision, multi-token prediction)\n";
+  return ckpt;
+}
+
 std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
   return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) +
          "." + proj + ".weight";
@@ -213,6 +229,11 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
 
 std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
+  if (model.family->saves_packed_experts()) {  // the model's own names and layout
+    for (auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value().detach());
+    for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
+    return out;
+  }
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
     if (name.find(".mlp.experts.") != std::string::npos) continue;
@@ -251,7 +272,7 @@ CausalLM from_pretrained(const std::string& dir, const TensorPlacement& place) {
   std::string cfg_path = dir + "/config.json";
   GLINT_CHECK(path_exists(cfg_path), dir, ": no config.json (is this a Hugging Face model directory?)");
   CausalLM model(ModelConfig::from_file(cfg_path), place);
-  load_weights(*model, CheckpointReader(dir));
+  load_weights(*model, *open_checkpoint(dir, model->config));
   return model;
 }
 

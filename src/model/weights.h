@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,10 @@
 namespace glint {
 
 class CheckpointReader;
+
+// The checkpoint in `dir` of a model of config `c`, its keys named as the family's weight
+// map reads them (ModelFamily::model_key); skipped keys are left out with one log line.
+std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& dir, const ModelConfig& c);
 
 // Copies every parameter of `model` from `ckpt`, converting dtypes. Experts load only
 // the model's local range [first_expert, first_expert + E_local), reading just those

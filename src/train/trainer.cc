@@ -124,7 +124,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     TensorPlacement lazy = place;
     lazy.lazy = true;
     ModelConfig config = ModelConfig::from_file(cfg_path);  // its errors first
-    checkpoint = std::make_unique<CheckpointReader>(opt_.model_dir);
+    checkpoint = open_checkpoint(opt_.model_dir, config);
     model_ = CausalLM(config, lazy);
   }
   validate_expert_mesh(model_->config, W, opt_.ep, opt_.ep_layout);

@@ -70,7 +70,19 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
                            {"q_lora_rank", 16},            {"kv_lora_rank", 8},
                            {"qk_nope_head_dim", 8},        {"qk_rope_head_dim", 4},
                            {"v_head_dim", 6},              {"initializer_range", 0.1}};
-  nlohmann::json cfg = v3 ? v3_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+  // Qwen3.5-MoE: Gated DeltaNet and gated attention layers, a gated shared expert.
+  nlohmann::json q35_cfg = {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 16}, {"hidden_size", 32},
+                            {"num_hidden_layers", 2},   {"layer_types", {"linear_attention", "full_attention"}},
+                            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                            {"head_dim", 8},            {"linear_num_key_heads", 2},
+                            {"linear_num_value_heads", 4}, {"linear_key_head_dim", 8},
+                            {"linear_value_head_dim", 6}, {"linear_conv_kernel_dim", 4},
+                            {"num_experts", 8},         {"num_experts_per_tok", 2},
+                            {"moe_intermediate_size", 16}, {"shared_expert_intermediate_size", 16},
+                            {"output_router_logits", true}, {"router_aux_loss_coef", 0.02},
+                            {"initializer_range", 0.1}};
+  const bool q35 = GetParam().model_type == "qwen3_5_moe_text";
+  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
@@ -217,9 +229,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
                       Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
-                      // DeepSeek-V3 under EP x FSDP (and replicated EP with recompute).
+                      // DeepSeek-V3 and Qwen3.5-MoE under EP x FSDP (and replicated EP with recompute).
                       Variant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
-                      Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"}),
+                      Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
+                      Variant{false, kEpV3, "Qwen3_5LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
+                      Variant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

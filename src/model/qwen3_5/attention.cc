@@ -1,0 +1,106 @@
+#include "model/qwen3_5/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "model/qwen3_5/gated_delta.h"
+
+namespace glint {
+
+GatedAttentionImpl::GatedAttentionImpl(const ModelConfig& c, const TensorPlacement& p)
+    : num_heads(c.num_attention_heads),
+      num_kv_heads(c.num_key_value_heads),
+      head_dim(c.head_dim),
+      rotary_dim(int64_t(double(c.head_dim) * c.partial_rotary_factor)) {
+  const int64_t H = c.hidden_size;
+  q_proj = register_module("q_proj", Linear(H, num_heads * head_dim * 2, c.attention_bias, p));
+  k_proj = register_module("k_proj", Linear(H, num_kv_heads * head_dim, c.attention_bias, p));
+  v_proj = register_module("v_proj", Linear(H, num_kv_heads * head_dim, c.attention_bias, p));
+  o_proj = register_module("o_proj", Linear(num_heads * head_dim, H, c.attention_bias, p));
+  q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps, p, /*unit_offset=*/true));
+  k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps, p, /*unit_offset=*/true));
+}
+
+namespace {
+// RoPE on the first R dims of x [B,N,S,D]; the rest pass through.
+at::Tensor partial_rotary(const at::Tensor& x, const RotaryTables& rope, int64_t R) {
+  if (R == x.size(-1)) return apply_rotary(x, rope);
+  std::vector<at::Tensor> parts = x.split_with_sizes({R, x.size(-1) - R}, -1);
+  return at::cat({apply_rotary(parts[0], rope), parts[1]}, -1);
+}
+}  // namespace
+
+at::Tensor GatedAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  const int64_t B = x.size(0), S = x.size(1), D = head_dim;
+  // Per head [q | gate]: [B,S,Nh,2D] -> q, gate [B,S,Nh,D].
+  std::vector<at::Tensor> qg = q_proj->forward(x).view({B, S, num_heads, 2 * D}).split(D, -1);
+  at::Tensor q = q_norm->forward(qg[0]).transpose(1, 2);
+  at::Tensor k = k_norm->forward(k_proj->forward(x).view({B, S, num_kv_heads, D})).transpose(1, 2);
+  at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, D}).transpose(1, 2);
+  q = partial_rotary(q, ctx.rope.at(0), rotary_dim);
+  k = partial_rotary(k, ctx.rope.at(0), rotary_dim);
+  at::Tensor o = sequence_attention(q, k, v, ctx.layout);  // [B,S,Nh*D]
+  return o_proj->forward(o * at::sigmoid(qg[1].reshape({B, S, num_heads * D})));
+}
+
+double GatedAttentionImpl::score_macs_per_token(int64_t seq_len) const {
+  return 2.0 * double(seq_len) * double(head_dim) * double(num_heads);
+}
+
+ConvWeightImpl::ConvWeightImpl(int64_t channels, int64_t width, const TensorPlacement& p) {
+  weight = register_parameter("weight", new_weight({channels, 1, width}, p));
+}
+
+GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& p)
+    : key_heads(c.linear_num_key_heads),
+      value_heads(c.linear_num_value_heads),
+      key_dim(c.linear_key_head_dim),
+      value_dim(c.linear_value_head_dim) {
+  const int64_t H = c.hidden_size, channels = 2 * key_heads * key_dim + value_heads * value_dim;
+  in_proj_qkv = register_module("in_proj_qkv", Linear(H, channels, false, p));
+  in_proj_z = register_module("in_proj_z", Linear(H, value_heads * value_dim, false, p));
+  in_proj_b = register_module("in_proj_b", Linear(H, value_heads, false, p));
+  in_proj_a = register_module("in_proj_a", Linear(H, value_heads, false, p));
+  conv1d = register_module("conv1d", ConvWeight(channels, c.linear_conv_kernel_dim, p));
+  auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
+  dt_bias = register_parameter("dt_bias", at::ones({value_heads}, opts));
+  A_log = register_parameter("A_log", at::zeros({value_heads}, opts));
+  norm = register_module("norm", RMSNorm(value_dim, c.rms_norm_eps, p));
+  out_proj = register_module("out_proj", Linear(value_heads * value_dim, H, false, p));
+}
+
+at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  const int64_t B = x.size(0), S = x.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim, Dv = value_dim;
+  const int64_t r = Hv / Hk;
+  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in_proj_qkv->forward(x), conv1d->weight, ctx.layout));
+  std::vector<at::Tensor> qkv = mixed.split_with_sizes({Hk * Dk, Hk * Dk, Hv * Dv}, -1);
+  auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  // L2 normalisation with the eps inside the root, added to the sum of squares.
+  auto l2 = [&](const at::Tensor& t) {
+    at::Tensor tf = t.to(compute);
+    return tf * at::rsqrt(tf.pow(2).sum(-1, /*keepdim=*/true) + 1e-6);
+  };
+  at::Tensor q = l2(qkv[0].view({B, S, Hk, Dk})) * (1.0 / std::sqrt(double(Dk)));
+  at::Tensor k = l2(qkv[1].view({B, S, Hk, Dk}));
+  if (r > 1) {
+    q = q.repeat_interleave(r, 2);
+    k = k.repeat_interleave(r, 2);
+  }
+  at::Tensor v = qkv[2].view({B, S, Hv, Dv});
+  at::Tensor beta = at::sigmoid(in_proj_b->forward(x).to(compute));                              // [B,S,Hv]
+  at::Tensor g = -at::exp(A_log.to(compute)) * at::softplus(in_proj_a->forward(x).to(compute) + dt_bias.to(compute));
+  at::Tensor o = gated_delta_rule(q.to(v.scalar_type()), k.to(v.scalar_type()), v, g, beta, ctx.layout);  // [B,S,Hv,Dv]
+  at::Tensor z = in_proj_z->forward(x).view({B, S, Hv, Dv});
+  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(z.to(compute))).to(x.scalar_type());
+  return out_proj->forward(gated.reshape({B, S, Hv * Dv}));
+}
+
+double GatedDeltaNetImpl::score_macs_per_token(int64_t seq_len) const {
+  // Chunks of 64: per token the state products (Dk x Dv, three times) and the in-chunk
+  // products against up to 64 tokens.
+  const double chunk = double(std::min<int64_t>(seq_len, 64));
+  return double(value_heads) * (3.0 * key_dim * value_dim + chunk * (key_dim + value_dim));
+}
+
+}  // namespace glint

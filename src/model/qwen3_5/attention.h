@@ -1,0 +1,58 @@
+// The two sequence mixers of the Qwen3.5-MoE family.
+//
+// GatedAttention ("self_attn"): grouped-query attention whose q_proj yields, per head, a
+// query and an output gate [q | gate]; (1+w) RMSNorm on queries and keys, RoPE on their
+// first rotary dims only, and the attention output times sigmoid(gate) before o_proj.
+//
+// GatedDeltaNet ("linear_attn"): linear attention with a decaying, delta-rule state.
+// in_proj_qkv -> causal depthwise conv1d -> SiLU -> q, k (key heads), v (value heads);
+// q, k L2-normalised, q scaled by Dk^-1/2; beta = sigmoid(in_proj_b x); the log decay
+// g = -exp(A_log) softplus(in_proj_a x + dt_bias); key head j serves value heads
+// j*r .. j*r+r-1; the gated delta rule (model/qwen3_5/gated_delta.h), restarting at every
+// packed sequence; RMSNorm(o) * w * silu(in_proj_z x) per value head; out_proj.
+//
+// Legend: B rows, S positions, H hidden, Nh / Nkv query / kv heads, D head_dim, R rotary
+// dims, Hk / Hv key / value heads (r = Hv / Hk), Dk / Dv their dims, C conv channels
+// (2 Hk Dk + Hv Dv), W conv width.
+#pragma once
+
+#include "model/family.h"
+
+namespace glint {
+
+class GatedAttentionImpl : public AttentionModule {
+ public:
+  GatedAttentionImpl(const ModelConfig& c, const TensorPlacement& place);
+  at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;  // RoPE: ctx.rope[0], R wide
+  double score_macs_per_token(int64_t seq_len) const override;
+
+  int64_t num_heads, num_kv_heads, head_dim, rotary_dim;
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // q_proj: [Nh*2D, H]
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};                                  // (1+w), [D]
+};
+TORCH_MODULE(GatedAttention);
+
+// A depthwise convolution's weight under the name transformers gives it ("conv1d.weight").
+class ConvWeightImpl : public torch::nn::Module {
+ public:
+  ConvWeightImpl(int64_t channels, int64_t width, const TensorPlacement& place);
+  at::Tensor weight;  // [C, 1, W]
+};
+TORCH_MODULE(ConvWeight);
+
+class GatedDeltaNetImpl : public AttentionModule {
+ public:
+  GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& place);
+  at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  double score_macs_per_token(int64_t seq_len) const override;
+
+  int64_t key_heads, value_heads, key_dim, value_dim;
+  Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr};
+  ConvWeight conv1d{nullptr};
+  at::Tensor dt_bias, A_log;  // [Hv]
+  RMSNorm norm{nullptr};      // plain w, [Dv]
+  Linear out_proj{nullptr};   // [H, Hv*Dv]
+};
+TORCH_MODULE(GatedDeltaNet);
+
+}  // namespace glint

@@ -1,0 +1,231 @@
+#include "model/qwen3_5/family.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config_fields.h"
+#include "model/moe.h"
+#include "model/qwen3_5/attention.h"
+
+namespace glint {
+
+namespace {
+
+using nlohmann::json;
+namespace cf = config_fields;
+
+constexpr const char* kFull = "full_attention";
+constexpr const char* kLinear = "linear_attention";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+class Qwen3_5Family : public ModelFamily {
+ public:
+  std::string name() const override { return "qwen3_5"; }
+  std::vector<std::string> model_types() const override { return {"qwen3_5_moe", "qwen3_5_moe_text"}; }
+
+  ModelConfig from_json(const json& top, const std::string& where) const override {
+    ModelConfig c;
+    cf::read(top, where, "model_type", &c.model_type, true);
+    // The multimodal release keeps the text model's fields under text_config.
+    const bool nested = c.model_type == "qwen3_5_moe";
+    if (nested) GLINT_CHECK(top.contains("text_config") && top["text_config"].is_object(), where,
+                            ": a qwen3_5_moe config needs a text_config object");
+    const json& j = nested ? top["text_config"] : top;
+    const std::string w = nested ? where + " (text_config)" : where;
+    c.head_dim = 256;
+    c.num_key_value_heads = 2;
+    c.linear_num_key_heads = 16;
+    c.linear_num_value_heads = 32;
+    c.linear_key_head_dim = 128;
+    c.linear_value_head_dim = 128;
+    c.linear_conv_kernel_dim = 4;
+    c.moe_intermediate_size = 512;
+    c.shared_expert_intermediate_size = 512;
+    c.num_experts = 256;
+    c.num_experts_per_tok = 8;
+    cf::read_common(j, w, &c);
+    c.num_key_value_heads = j.contains("num_key_value_heads") ? c.num_key_value_heads : 2;
+    cf::read(j, w, "head_dim", &c.head_dim);
+    if (!cf::read(top, where, "tie_word_embeddings", &c.tie_word_embeddings)) c.tie_word_embeddings = false;
+    read_rope(j, w, &c);
+    cf::read(j, w, "linear_num_key_heads", &c.linear_num_key_heads);
+    cf::read(j, w, "linear_num_value_heads", &c.linear_num_value_heads);
+    cf::read(j, w, "linear_key_head_dim", &c.linear_key_head_dim);
+    cf::read(j, w, "linear_value_head_dim", &c.linear_value_head_dim);
+    cf::read(j, w, "linear_conv_kernel_dim", &c.linear_conv_kernel_dim);
+    cf::read(j, w, "num_experts", &c.num_experts);
+    cf::read(j, w, "num_experts_per_tok", &c.num_experts_per_tok);
+    cf::read(j, w, "moe_intermediate_size", &c.moe_intermediate_size);
+    cf::read(j, w, "shared_expert_intermediate_size", &c.shared_expert_intermediate_size);
+    cf::read(j, w, "output_router_logits", &c.output_router_logits);
+    cf::read(j, w, "router_aux_loss_coef", &c.router_aux_loss_coef);
+    auto types = j.find("layer_types");
+    if (types != j.end() && !types->is_null()) {
+      GLINT_CHECK(types->is_array(), w, ": field 'layer_types' must be an array, got ", types->dump());
+      for (const auto& t : *types) {
+        GLINT_CHECK(t.is_string(), w, ": field 'layer_types' must hold strings, got ", t.dump());
+        std::string kind = t.get<std::string>();
+        if (kind == "mamba") kind = kLinear;  // the legacy names
+        if (kind == "attention") kind = kFull;
+        c.layer_types.push_back(kind);
+      }
+    } else {
+      int64_t interval = 4;
+      cf::read(j, w, "full_attention_interval", &interval);
+      GLINT_CHECK(interval > 0, w, ": full_attention_interval must be positive, got ", interval);
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        c.layer_types.push_back((l + 1) % interval == 0 ? kFull : kLinear);
+    }
+    c.norm_topk_prob = true;  // this router always renormalises
+    c.norm_unit_offset = true;
+    c.model_type = "qwen3_5_moe_text";  // what this family builds and saves: the text model
+    validate(c, where);
+    return c;
+  }
+
+  json to_json(const ModelConfig& c) const override {
+    json j = cf::common_json(c);
+    j["model_type"] = "qwen3_5_moe_text";
+    j["architectures"] = {"Qwen3_5MoeForCausalLM"};
+    j["head_dim"] = c.head_dim;
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta},
+                            {"partial_rotary_factor", c.partial_rotary_factor}};
+    j.erase("rope_theta");
+    j["layer_types"] = c.layer_types;
+    j["linear_num_key_heads"] = c.linear_num_key_heads;
+    j["linear_num_value_heads"] = c.linear_num_value_heads;
+    j["linear_key_head_dim"] = c.linear_key_head_dim;
+    j["linear_value_head_dim"] = c.linear_value_head_dim;
+    j["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    j["output_router_logits"] = c.output_router_logits;
+    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    return j;
+  }
+
+  void validate(const ModelConfig& c, const std::string& where) const override {
+    GLINT_CHECK(c.model_type == "qwen3_5_moe_text" || c.model_type == "qwen3_5_moe", where, ": model_type '",
+                c.model_type, "' is not a qwen3_5 family type");
+    cf::validate_common(c, where);
+    auto positive = [&](const char* name, int64_t v) {
+      GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);
+    };
+    positive("head_dim", c.head_dim);
+    positive("num_experts", c.num_experts);
+    positive("linear_num_key_heads", c.linear_num_key_heads);
+    positive("linear_num_value_heads", c.linear_num_value_heads);
+    positive("linear_key_head_dim", c.linear_key_head_dim);
+    positive("linear_value_head_dim", c.linear_value_head_dim);
+    positive("linear_conv_kernel_dim", c.linear_conv_kernel_dim);
+    GLINT_CHECK(c.shared_expert_intermediate_size >= 0, where, ": shared_expert_intermediate_size must be >= 0, got ",
+                c.shared_expert_intermediate_size);
+    GLINT_CHECK(c.linear_num_value_heads % c.linear_num_key_heads == 0, where, ": linear_num_value_heads (",
+                c.linear_num_value_heads, ") must be a multiple of linear_num_key_heads (", c.linear_num_key_heads, ")");
+    const int64_t R = int64_t(double(c.head_dim) * c.partial_rotary_factor);
+    GLINT_CHECK(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1 && R % 2 == 0 && R > 0, where,
+                ": partial_rotary_factor ", c.partial_rotary_factor, " gives ", R,
+                " rotary dims of head_dim ", c.head_dim, " (need an even number > 0)");
+    GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ",
+                c.layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
+    for (const auto& t : c.layer_types)
+      GLINT_CHECK(t == kFull || t == kLinear, where, ": layer type '", t, "' is not supported (expected ", kFull,
+                  " or ", kLinear, ")");
+  }
+
+  LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
+    LayerParts parts;
+    if (c.layer_types.at(layer) == kFull) {
+      parts.attention = GatedAttention(c, p).ptr();
+    } else {
+      parts.attention_name = "linear_attn";
+      parts.attention = GatedDeltaNet(c, p).ptr();
+    }
+    parts.mlp = MoeBlock(c, p).ptr();
+    return parts;
+  }
+
+  std::vector<RotaryTables> rotary(const ModelConfig& c, const at::Tensor& position_ids,
+                                   c10::ScalarType compute) const override {
+    return {rotary_tables(position_ids, int64_t(double(c.head_dim) * c.partial_rotary_factor), c.rope_theta, compute)};
+  }
+
+  ModelConfig tiny(int64_t vocab_size) const override {
+    json j = {{"model_type", "qwen3_5_moe_text"},
+              {"vocab_size", vocab_size},
+              {"hidden_size", 32},
+              {"num_hidden_layers", 2},
+              {"layer_types", {kLinear, kFull}},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 8},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+              {"linear_num_key_heads", 2},
+              {"linear_num_value_heads", 4},
+              {"linear_key_head_dim", 8},
+              {"linear_value_head_dim", 6},
+              {"linear_conv_kernel_dim", 4},
+              {"num_experts", 8},
+              {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 16},
+              {"shared_expert_intermediate_size", 24},
+              {"max_position_embeddings", 4096},
+              {"initializer_range", 0.1}};
+    return from_json(j, "qwen3_5 tiny config");
+  }
+
+  std::vector<std::string> lora_targets() const override {
+    return {"q_proj",   "k_proj",  "v_proj",    "o_proj",    "in_proj_qkv", "in_proj_z",          "in_proj_b",
+            "in_proj_a", "out_proj", "gate_proj", "up_proj", "down_proj",   "shared_expert_gate", "experts.gate_up_proj",
+            "experts.down_proj"};
+  }
+
+  bool saves_packed_experts() const override { return true; }
+
+  std::string model_key(const std::string& stored, const ModelConfig& c) const override {
+    if (starts_with(stored, "model.visual.") || starts_with(stored, "mtp.")) return "";
+    const std::string release = "model.language_model.";
+    if (starts_with(stored, release)) return "model." + stored.substr(release.size());
+    return stored;
+  }
+
+ private:
+  // RoPE: theta and the rotary share from the rope dict (rope_scaling over
+  // rope_parameters) or the top level. M-RoPE gives every section the same position for
+  // text, so it is plain RoPE here; other kinds are refused.
+  static void read_rope(const json& j, const std::string& where, ModelConfig* c) {
+    const json* rope = nullptr;
+    std::string field;
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null()) continue;
+      GLINT_CHECK(it->is_object(), where, ": field '", key, "' must be an object, got ", it->dump());
+      rope = &*it;
+      field = key;
+      break;
+    }
+    c->partial_rotary_factor = 0.25;
+    cf::read(j, where, "partial_rotary_factor", &c->partial_rotary_factor);
+    if (!rope) return;
+    const std::string w = where + " (" + field + ")";
+    std::string type = "default";
+    for (const char* t : {"rope_type", "type"})
+      if (rope->contains(t)) cf::read(*rope, w, t, &type);
+    GLINT_CHECK(type == "default" || type == "mrope", w, ": RoPE type '", type,
+                "' is not supported (expected default, or mrope, which is plain RoPE for text)");
+    cf::read(*rope, w, "rope_theta", &c->rope_theta);
+    cf::read(*rope, w, "partial_rotary_factor", &c->partial_rotary_factor);
+  }
+};
+
+}  // namespace
+
+const ModelFamily& qwen3_5_family() {
+  static const Qwen3_5Family family;
+  return family;
+}
+
+}  // namespace glint
