@@ -142,6 +142,12 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     GLINT_USAGE_CHECK(any, "--router-bias-update-rate: this ", model_->config.model_type,
                       " model has no router correction bias to update (aux-loss-free balancing is DeepSeek's)");
   }
+  // transformers' load-balancing loss is defined on softmax router probabilities; a
+  // sigmoid router (DeepSeek-V3) is balanced by its correction bias instead.
+  GLINT_USAGE_CHECK(opt_.router_aux_loss_coef <= 0 || model_->config.scoring_func == "softmax",
+                    "--router-aux-loss-coef: this ", model_->config.model_type, " model routes with ",
+                    model_->config.scoring_func, " scores, for which the load-balancing loss is not defined; use "
+                    "--router-bias-update-rate (aux-loss-free balancing)");
   if (opt_.router_aux_loss_coef >= 0) {  // the CLI's choice over config.json's
     model_->config.output_router_logits = opt_.router_aux_loss_coef > 0;
     model_->config.router_aux_loss_coef = opt_.router_aux_loss_coef;
@@ -330,13 +336,20 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
 }
 
 void Trainer::all_reduce_grads() {
-  // One flat buffer per (replica group, dtype): one collective per group per step.
-  std::map<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>> buckets;
+  // One flat buffer per (replica group, dtype): one collective per group per step. The
+  // buckets go in the order of their first tensor, the same on every rank (never in the
+  // order of the groups' addresses, which differ between processes: ranks would then
+  // enter different collectives and wait on each other forever).
+  std::vector<std::pair<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>>> buckets;
   for (size_t i = 0; i < trainable_.size(); ++i) {
     at::Tensor& p = trainable_[i];
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     Comm* group = placement_[i].replicas;
-    if (group && group->size() > 1) buckets[{group, p.scalar_type()}].push_back(&p);  // shards are reduced
+    if (!group || group->size() <= 1) continue;  // shards are reduced
+    std::pair<Comm*, at::ScalarType> key{group, p.scalar_type()};
+    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const auto& b) { return b.first == key; });
+    if (it == buckets.end()) it = buckets.insert(buckets.end(), {key, {}});
+    it->second.push_back(&p);
   }
   for (auto& [key, params] : buckets) {
     std::vector<at::Tensor> flat;

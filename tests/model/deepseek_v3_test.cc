@@ -351,6 +351,10 @@ TEST(DeepseekV3, TrainingWithBiasUpdatesSavesTheBiases) {
   EXPECT_GT(b.abs().max().item<double>(), 0.0);
   EXPECT_TRUE(at::allclose(b * 100, (b * 100).round(), 0, 1e-5)) << b;
   EXPECT_LE(b.abs().max().item<double>(), 0.03 + 1e-6);
+  // The softmax load-balancing loss is refused for a sigmoid router.
+  r = testing::run_glint("train --model " + d + "/model --steps 1 --router-aux-loss-coef 0.01 --output " + d + "/aux");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--router-bias-update-rate"), std::string::npos) << r.output;
   // A family without correction biases refuses the flag.
   r = testing::run_glint("train --router-bias-update-rate 0.01 --steps 1 --output " + d + "/qwen");
   EXPECT_EQ(r.exit_code, 2) << r.output;
