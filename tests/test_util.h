@@ -20,6 +20,17 @@
 
 namespace glint::testing {
 
+// f throws glint::Error whose message contains `word`.
+inline void expect_error_naming(const std::function<void()>& f, const std::string& word) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming " << word;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+  }
+}
+
+
 // An empty directory under the test temp dir, unique per name and per test process
 // (so concurrent test runs on one machine never share files); recreated each call.
 inline std::string fresh_temp_dir(const std::string& name) {

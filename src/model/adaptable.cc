@@ -26,23 +26,14 @@ namespace {
 
 void walk(torch::nn::Module& module, const std::string& path, const std::string& name, int64_t layer,
           const std::function<void(const Adaptable&)>& fn) {
-  if (auto* lin = dynamic_cast<LinearImpl*>(&module)) {
-    Adaptable a;
-    a.module_path = path;
-    a.module_name = name;
-    a.layer = layer;
-    a.linear = lin;
-    fn(a);
-    return;
-  }
-  if (auto* ex = dynamic_cast<ExpertsImpl*>(&module)) {
+  Adaptable a;
+  a.module_path = path;
+  a.module_name = name;
+  a.layer = layer;
+  if ((a.linear = dynamic_cast<LinearImpl*>(&module))) return fn(a);
+  if ((a.experts = dynamic_cast<ExpertsImpl*>(&module))) {
     for (const char* parameter : {"gate_up_proj", "down_proj"}) {
-      Adaptable a;
-      a.module_path = path;
-      a.module_name = name;
       a.parameter = parameter;
-      a.layer = layer;
-      a.experts = ex;
       fn(a);
     }
     return;

@@ -36,23 +36,31 @@ void read_common(const json& j, const std::string& where, ModelConfig* c) {
   if (!read(j, where, "torch_dtype", &c->torch_dtype)) read(j, where, "dtype", &c->torch_dtype);
 }
 
-void read_rope_scaling(const json& j, const std::string& where, bool yarn_allowed, ModelConfig* c) {
-  const json* block = nullptr;
-  std::string field;
+const json* rope_block(const json& j, const std::string& where, std::string* field) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     GLINT_CHECK(it->is_object(), where, ": field '", key, "' must be an object, got ", it->dump());
-    std::string type = "default";
-    for (const char* t : {"rope_type", "type"})
-      if (it->contains(t)) read(*it, where + " (" + key + ")", t, &type);
-    if (type == "default") continue;
-    block = &*it;
-    field = key;
-    c->rope_scaling.type = type;
-    break;
+    *field = key;
+    return &*it;
   }
+  return nullptr;
+}
+
+std::string rope_type(const json& block, const std::string& where) {
+  std::string type = "default";
+  for (const char* t : {"rope_type", "type"})
+    if (block.contains(t)) read(block, where, t, &type);
+  return type;
+}
+
+void read_rope_scaling(const json& j, const std::string& where, bool yarn_allowed, ModelConfig* c) {
+  std::string field;
+  const json* block = rope_block(j, where, &field);
   if (!block) return;
+  std::string type = rope_type(*block, where + " (" + field + ")");
+  if (type == "default") return;
+  c->rope_scaling.type = type;
   const std::string w = where + " (" + field + ")";
   read(*block, w, "rope_theta", &c->rope_theta);  // the block's own wins over the top level
   GLINT_CHECK(yarn_allowed && c->rope_scaling.type == "yarn", w, ": RoPE scaling '", c->rope_scaling.type,

@@ -42,6 +42,11 @@ bool read(const nlohmann::json& j, const std::string& where, const char* key, T*
 // The fields every decoder family reads: sizes, heads, norms, embeddings, dtype, and
 // rope_theta (top level, or in v5's rope_parameters).
 void read_common(const nlohmann::json& j, const std::string& where, ModelConfig* c);
+// The RoPE block a config holds: "rope_scaling" (older files) over "rope_parameters"
+// (transformers v5), null when neither; its field name in *field. Not an object: an error.
+const nlohmann::json* rope_block(const nlohmann::json& j, const std::string& where, std::string* field);
+// Its type: "rope_type" or "type", "default" when absent.
+std::string rope_type(const nlohmann::json& block, const std::string& where);
 // The RoPE scaling block ("rope_scaling", or v5's "rope_parameters" with a rope_type other
 // than "default"): none, or YaRN when `yarn_allowed`; anything else is refused by name.
 void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool yarn_allowed, ModelConfig* c);

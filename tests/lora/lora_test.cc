@@ -50,15 +50,6 @@ void randomize_adapters(LoraModel& lora, double scale = 0.5) {
   }
 }
 
-void expect_error_naming(const std::function<void()>& f, const std::string& word) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming " << word;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
-
 TEST(Peft, ExpertSitesInStateDictAndFileMatchIndexLoopsAndPeftDelta) {
   at::manual_seed(31);
   ModelConfig c = config();

@@ -273,12 +273,7 @@ TEST(DeepseekV3, Fp8CheckpointWithABadOrMissingScaleIsAClearError) {
   auto expect_error = [&](const std::string& name, const std::function<void(std::vector<RawTensor>&)>& corrupt,
                           const std::string& needle) {
     Fp8Pair d = write_fp8_pair(testing::fresh_temp_dir(name), corrupt);
-    try {
-      from_pretrained(d.fp8_dir, kF64);
-      ADD_FAILURE() << name << ": no error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    testing::expect_error_naming([&] { from_pretrained(d.fp8_dir, kF64); }, needle);
   };
   expect_error("dsv3_nan_scale", [&](std::vector<RawTensor>& raw) {
     for (auto& r : raw) if (r.name == key + "_scale_inv") r.t = r.t.clone().fill_(std::nanf(""));
@@ -291,7 +286,7 @@ TEST(DeepseekV3, Fp8CheckpointWithABadOrMissingScaleIsAClearError) {
               raw.end());
   }, key + "_scale_inv");
   expect_error("dsv3_short_scale", [&](std::vector<RawTensor>& raw) {
-    for (auto& r : raw) if (r.name == key + "_scale_inv") r.t = at::ones({1, 1}, at::kFloat).expand({1, 1}).clone().view({1}).clone();
+    for (auto& r : raw) if (r.name == key + "_scale_inv") r.t = at::ones({1}, at::kFloat);
   }, key);
 }
 
@@ -299,12 +294,7 @@ TEST(DeepseekV3, ConfigErrorsNameTheField) {
   auto bad = [](const std::function<void(json&)>& edit, const std::string& needle) {
     json j = tiny_json();
     edit(j);
-    try {
-      ModelConfig::from_json(j, "cfg.json");
-      ADD_FAILURE() << "accepted: " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    testing::expect_error_naming([&] { ModelConfig::from_json(j, "cfg.json"); }, needle);
   };
   bad([](json& j) { j["n_group"] = 3; }, "n_group");
   bad([](json& j) { j["topk_group"] = 5; }, "topk_group");

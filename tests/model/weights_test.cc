@@ -45,14 +45,7 @@ void expect_same_params(CausalLMImpl& a, CausalLMImpl& b) {
   for (const auto& item : pa) EXPECT_TRUE(at::equal(item.value(), pb[item.key()])) << item.key();
 }
 
-void expect_error_naming(const std::function<void()>& f, const std::string& word) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming " << word;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error_naming;
 
 // Rewrites the per-expert checkpoint `hub` into `dir` in the packed transformers v5 form:
 // gate_up_proj [E, 2I, H] (gate rows, then up rows) and down_proj [E, H, I], by stacking.

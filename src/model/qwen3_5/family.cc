@@ -197,23 +197,13 @@ class Qwen3_5Family : public ModelFamily {
   // rope_parameters) or the top level. M-RoPE gives every section the same position for
   // text, so it is plain RoPE here; other kinds are refused.
   static void read_rope(const json& j, const std::string& where, ModelConfig* c) {
-    const json* rope = nullptr;
     std::string field;
-    for (const char* key : {"rope_scaling", "rope_parameters"}) {
-      auto it = j.find(key);
-      if (it == j.end() || it->is_null()) continue;
-      GLINT_CHECK(it->is_object(), where, ": field '", key, "' must be an object, got ", it->dump());
-      rope = &*it;
-      field = key;
-      break;
-    }
+    const json* rope = cf::rope_block(j, where, &field);
     c->partial_rotary_factor = 0.25;
     cf::read(j, where, "partial_rotary_factor", &c->partial_rotary_factor);
     if (!rope) return;
     const std::string w = where + " (" + field + ")";
-    std::string type = "default";
-    for (const char* t : {"rope_type", "type"})
-      if (rope->contains(t)) cf::read(*rope, w, t, &type);
+    const std::string type = cf::rope_type(*rope, w);
     GLINT_CHECK(type == "default" || type == "mrope", w, ": RoPE type '", type,
                 "' is not supported (expected default, or mrope, which is plain RoPE for text)");
     cf::read(*rope, w, "rope_theta", &c->rope_theta);
