@@ -68,6 +68,21 @@ struct ModelConfig {
   int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
   int64_t linear_key_head_dim = 0, linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
   int64_t shared_expert_intermediate_size = 0;  // 0: none; else "shared_expert" + its gate
+  // DeepSeek-V4: hyper-connection residual streams (hc_mult 0: a plain residual), attention
+  // over a sliding window plus compressed entries (layer_types "sliding_attention",
+  // "compressed_sparse_attention" (CSA, with the indexer), "heavily_compressed_attention"
+  // (HCA)), per-head sinks, grouped low-rank output, a second RoPE set ("compress":
+  // compress_rope_theta with rope_scaling) for compressed layers, sqrtsoftplus routing,
+  // hash routing by token id in "hash_moe" layers, clamped SwiGLU experts.
+  int64_t hc_mult = 0, hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+  int64_t sliding_window = 0;            // 0: unlimited
+  int64_t compress_rate_csa = 4, compress_rate_hca = 128;
+  int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
+  int64_t o_groups = 0, o_lora_rank = 0;
+  double compress_rope_theta = 0.0;
+  std::vector<std::string> mlp_layer_types;  // "hash_moe" / "moe"; empty: every layer "moe"
+  double swiglu_limit = 0.0;             // 0: no clamp
 
   // True when decoder layer `layer` uses the sparse MoE block.
   bool is_moe_layer(int64_t layer) const;
