@@ -1,0 +1,347 @@
+#include "model/deepseek_v4/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace glint {
+
+namespace {
+
+constexpr const char* kSliding = "sliding_attention";
+constexpr const char* kCsa = "compressed_sparse_attention";
+constexpr const char* kHca = "heavily_compressed_attention";
+
+// Softmaxes, norms, RoPE and indexer scores run in float32, or float64 for float64 models.
+c10::ScalarType compute_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Sinks and position biases are kept at least float32, as the release stores them.
+TensorPlacement wide(const TensorPlacement& p) {
+  TensorPlacement w = p;
+  w.dtype = p.dtype == at::kDouble ? at::kDouble : at::kFloat;
+  return w;
+}
+
+// Interleaved RoPE on the last rd dims of x [...,D]: pair i (D-rd+2i, D-rd+2i+1) turns by
+// the angle of cos[...,i], sin[...,i] (rotate-half tables [...,rd] whose halves repeat;
+// leading dims broadcast against x's). sign -1 turns back. The tables are rounded to x's
+// dtype and the turn is computed in float32 (float64 for float64 x), as transformers does.
+at::Tensor rotate_tail(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, double sign) {
+  const int64_t D = x.size(-1), rd = cos.size(-1), half = rd / 2;
+  const auto cd = compute_type(x);
+  at::Tensor c = cos.narrow(-1, 0, half).to(x.scalar_type()).to(cd);
+  at::Tensor s = sin.narrow(-1, 0, half).to(x.scalar_type()).to(cd);
+  if (sign < 0) s = -s;
+  std::vector<int64_t> pairs = x.sizes().vec();
+  pairs.back() = half;
+  pairs.push_back(2);
+  at::Tensor r = x.narrow(-1, D - rd, rd).to(cd).reshape(pairs);  // [...,rd/2,2]
+  at::Tensor x0 = r.select(-1, 0), x1 = r.select(-1, 1);
+  at::Tensor y = at::stack({x0 * c - x1 * s, x1 * c + x0 * s}, -1).flatten(-2).to(x.scalar_type());
+  return rd == D ? y : at::cat({x.narrow(-1, 0, D - rd), y}, -1);
+}
+
+// x / sqrt(mean x^2 + eps) over the last dim, the factor computed in float32 (q_b_norm).
+at::Tensor unweighted_rms_norm(const at::Tensor& x, double eps) {
+  return x * at::rsqrt(x.to(compute_type(x)).pow(2).mean(-1, /*keepdim=*/true) + eps).to(x.scalar_type());
+}
+
+// t [B,S,...] cut into the spans of `layout`, in its order. Split, not sliced: the
+// backward is one concatenation per row.
+std::vector<at::Tensor> per_span(const at::Tensor& t, const SequenceLayout& layout) {
+  std::vector<at::Tensor> rows = t.unbind(0), out;
+  out.reserve(layout.spans.size());
+  size_t n = 0;
+  for (int64_t b = 0; b < layout.rows; ++b) {
+    std::vector<int64_t> lengths;
+    for (size_t k = n; k < layout.spans.size() && layout.spans[k].row == b; ++k) lengths.push_back(layout.spans[k].length);
+    for (at::Tensor& piece : rows[b].split_with_sizes(lengths, 0)) out.push_back(piece);
+    n += lengths.size();
+  }
+  return out;
+}
+
+// Rows w*rate of t [L,...], w < T: the rope rows of the entries' first tokens.
+at::Tensor window_starts(const at::Tensor& t, int64_t rate, int64_t T) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = rate;
+  shape.insert(shape.begin(), T);
+  return t.narrow(0, 0, T * rate).reshape(shape).select(1, 0);
+}
+
+// Entries visible to each query of a sequence by causality alone: visible[t][w] iff window
+// w is complete at t, i.e. w < (t + 1) / rate. [L,T] bool.
+at::Tensor causal_entries(int64_t L, int64_t T, int64_t rate, const c10::Device& device) {
+  auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  return at::arange(T, opts).unsqueeze(0) < at::floor_divide(at::arange(1, L + 1, opts), rate).unsqueeze(1);
+}
+
+// A padding token is its own sequence of one: softmax over {its own key, the sink}.
+// q [L,N,D], kv [L,D] -> [L,N,D].
+at::Tensor self_only_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& sinks, double scale) {
+  const auto cd = compute_type(q);
+  at::Tensor logits = (q * kv.unsqueeze(1)).sum(-1).to(cd) * scale;  // [L,N]
+  at::Tensor p = at::sigmoid(logits - sinks.to(cd));                   // e^l / (e^l + e^sink)
+  return p.to(q.scalar_type()).unsqueeze(-1) * kv.unsqueeze(1);
+}
+
+// Softmax attention of one sequence, in blocks of Qb queries: block j reads the window
+// keys of tokens [j*Qb - (W-1), (j+1)*Qb) (one strided view of the front-padded keys) and
+// every entry, masked to what each query may see; the sink joins each denominator.
+// q [L,N,D], kv [L,D], entries [T,D] or undefined, visible [L,T] bool -> [L,N,D].
+// Work and saved probabilities per query: N * (Qb + W - 1 + T) logits (and D-wide
+// products each), so O(L * N * (W + L/m)) for the whole sequence; CSA scores every entry
+// and masks the unselected ones rather than gathering the top-k.
+at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& entries,
+                             const at::Tensor& visible, const at::Tensor& sinks, int64_t window, int64_t block,
+                             double scale) {
+  const int64_t L = q.size(0), N = q.size(1), D = q.size(2);
+  const int64_t W = window > 0 ? std::min(window, L) : L;
+  const int64_t Qb = std::min(block, L), nb = (L + Qb - 1) / Qb, Lp = nb * Qb, K = Qb + W - 1;
+  const auto cd = compute_type(q);
+  const double inf = std::numeric_limits<double>::infinity();
+  auto lopts = at::TensorOptions().dtype(at::kLong).device(q.device());
+
+  at::Tensor qb = at::constant_pad_nd(q, {0, 0, 0, 0, 0, Lp - L}).view({nb, Qb * N, D});
+  // keys_T[j] = kv_pad[j*Qb, j*Qb + K) transposed: [nb,D,K]; slot k is token j*Qb + k - (W-1).
+  at::Tensor keys_T = at::constant_pad_nd(kv, {0, 0, W - 1, Lp - L}).unfold(0, K, Qb);
+  at::Tensor i = at::arange(Qb, lopts).view({1, Qb, 1}), k = at::arange(K, lopts).view({1, 1, K});
+  at::Tensor j = at::arange(nb, lopts).view({nb, 1, 1});
+  // Causal (k >= i), inside the window (k <= i + W - 1), not before the sequence.
+  at::Tensor in_window = (k >= i).logical_and(k <= i + (W - 1)).logical_and(j * Qb + k >= W - 1);  // [nb,Qb,K]
+
+  std::vector<at::Tensor> logits;
+  logits.push_back(at::matmul(qb, keys_T).view({nb, Qb, N, K}).to(cd).mul(scale).masked_fill(
+      in_window.logical_not().unsqueeze(2), -inf));
+  const int64_t T = entries.defined() ? entries.size(0) : 0;
+  if (T > 0) {
+    at::Tensor seen = at::constant_pad_nd(visible, {0, 0, 0, Lp - L}).view({nb, Qb, 1, T});
+    logits.push_back(at::matmul(qb, entries.t()).view({nb, Qb, N, T}).to(cd).mul(scale).masked_fill(
+        seen.logical_not(), -inf));
+  }
+  logits.push_back(sinks.to(cd).view({1, 1, N, 1}).expand({nb, Qb, N, 1}));
+  at::Tensor p = at::softmax(at::cat(logits, -1), -1).to(q.scalar_type());  // [nb,Qb,N,K+T+1]
+
+  at::Tensor out = at::matmul(p.narrow(-1, 0, K).reshape({nb, Qb * N, K}), keys_T.transpose(1, 2));
+  if (T > 0) out = out + at::matmul(p.narrow(-1, K, T).reshape({nb, Qb * N, T}), entries);
+  return out.view({Lp, N, D}).narrow(0, 0, L);
+}
+
+// The entries each query of a sequence keeps in CSA: the best min(topk, #causal) causal
+// ones by the indexer's score, ties towards the lower entry. kv, gate [L,2dI]: the
+// indexer's projections; q [L,nI,dI] (unrotated), w [L,nI]: its queries and head weights;
+// cos, sin [L,rd]; causal [L,T] bool. Returns [L,T] bool. Scores run in float32, in chunks
+// of queries that keep each [chunk,nI,T] product near 2^26 values.
+at::Tensor indexer_selection(DeepseekV4IndexerImpl& ix, const at::Tensor& kv, const at::Tensor& gate,
+                             const at::Tensor& q, const at::Tensor& w, const at::Tensor& cos, const at::Tensor& sin,
+                             const at::Tensor& causal) {
+  at::NoGradGuard no_grad;
+  const int64_t L = causal.size(0), T = causal.size(1), nI = ix.heads;
+  const auto cd = compute_type(q);
+  at::Tensor keys = ix.entries(kv, gate, cos, sin).to(cd).t();  // [dI,T]
+  GLINT_ASSERT(keys.size(1) == T, "indexer has ", keys.size(1), " entries, the compressor ", T);
+  at::Tensor qr = rotate_tail(q, cos.unsqueeze(1), sin.unsqueeze(1), 1.0).to(cd);
+  at::Tensor wgt = w.to(cd) * (1.0 / std::sqrt(double(nI)));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(1, nI * T));
+  std::vector<at::Tensor> parts;
+  for (int64_t t0 = 0; t0 < L; t0 += chunk) {
+    const int64_t c = std::min(chunk, L - t0);
+    at::Tensor ok = causal.narrow(0, t0, c);
+    at::Tensor s = at::relu(at::matmul(qr.narrow(0, t0, c), keys)) * (1.0 / std::sqrt(double(ix.dim)));  // [c,nI,T]
+    at::Tensor score = (s * wgt.narrow(0, t0, c).unsqueeze(-1)).sum(1).masked_fill(ok.logical_not(),
+                                                                                  -std::numeric_limits<double>::infinity());
+    at::Tensor idx = std::get<1>(at::sort(score, /*stable=*/true, -1, /*descending=*/true)).narrow(-1, 0, ix.topk);
+    parts.push_back(at::zeros_like(ok).scatter_(1, idx, ok.gather(1, idx)));  // future picks dropped
+  }
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+}
+
+}  // namespace
+
+DeepseekV4CompressorImpl::DeepseekV4CompressorImpl(int64_t hidden, int64_t dim_, int64_t rate_, bool overlap_,
+                                                   double eps, const TensorPlacement& p)
+    : dim(dim_), rate(rate_), overlap(overlap_) {
+  const int64_t C = overlap ? 2 * dim : dim;
+  kv_proj = register_module("kv_proj", Linear(hidden, C, false, p));
+  gate_proj = register_module("gate_proj", Linear(hidden, C, false, p));
+  kv_norm = register_module("kv_norm", RMSNorm(dim, eps, p));
+  position_bias = register_parameter("position_bias", new_weight({rate, C}, wide(p)));
+}
+
+at::Tensor DeepseekV4CompressorImpl::entries(const at::Tensor& kv, const at::Tensor& gate, const at::Tensor& cos,
+                                             const at::Tensor& sin) {
+  const int64_t L = kv.size(0), C = kv.size(1), T = L / rate;
+  GLINT_ASSERT(C == (overlap ? 2 * dim : dim), "compressor input has ", C, " channels for dim ", dim);
+  if (T == 0) return at::Tensor();
+  const auto cd = compute_type(kv);
+  at::Tensor v = kv.narrow(0, 0, T * rate).reshape({T, rate, C});
+  at::Tensor g = gate.narrow(0, 0, T * rate).reshape({T, rate, C}).to(cd) + position_bias.to(cd);
+  if (overlap) {
+    // Slots [a-half of window w-1 | b-half of window w]: [T,2m,dim]. Window 0 has no
+    // previous window: zero values behind -inf gates weigh nothing.
+    at::Tensor va = v.narrow(-1, 0, dim), vb = v.narrow(-1, dim, dim);
+    at::Tensor ga = g.narrow(-1, 0, dim), gb = g.narrow(-1, dim, dim);
+    at::Tensor prev_v = at::cat({at::zeros({1, rate, dim}, v.options()), va.narrow(0, 0, T - 1)}, 0);
+    at::Tensor prev_g = at::cat(
+        {at::full({1, rate, dim}, -std::numeric_limits<double>::infinity(), g.options()), ga.narrow(0, 0, T - 1)}, 0);
+    v = at::cat({prev_v, vb}, 1);
+    g = at::cat({prev_g, gb}, 1);
+  }
+  at::Tensor pooled = (v * at::softmax(g, 1).to(v.scalar_type())).sum(1);  // [T,dim]
+  return rotate_tail(kv_norm->forward(pooled), window_starts(cos, rate, T), window_starts(sin, rate, T), 1.0);
+}
+
+DeepseekV4IndexerScorerImpl::DeepseekV4IndexerScorerImpl(int64_t hidden, int64_t heads, const TensorPlacement& p) {
+  weights_proj = register_module("weights_proj", Linear(hidden, heads, false, p));
+}
+
+DeepseekV4IndexerImpl::DeepseekV4IndexerImpl(const ModelConfig& c, const TensorPlacement& p)
+    : DeepseekV4CompressorImpl(c.hidden_size, c.index_head_dim, c.compress_rate_csa, /*overlap=*/true,
+                               c.rms_norm_eps, p),
+      heads(c.index_n_heads),
+      topk(c.index_topk) {
+  q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, heads * dim, false, p));
+  scorer = register_module("scorer", DeepseekV4IndexerScorer(c.hidden_size, heads, p));
+}
+
+DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& p)
+    : num_heads(c.num_attention_heads),
+      head_dim(c.head_dim),
+      rope_dim(c.qk_rope_head_dim),
+      groups(c.o_groups),
+      group_rank(c.o_lora_rank),
+      window(c.sliding_window),
+      eps(c.rms_norm_eps) {
+  GLINT_CHECK(layer >= 0 && layer < int64_t(c.layer_types.size()), "deepseek_v4 layer ", layer,
+              " has no entry in layer_types (", c.layer_types.size(), " entries)");
+  kind = c.layer_types[layer];
+  GLINT_CHECK(kind == kSliding || kind == kCsa || kind == kHca, "deepseek_v4 layer_types[", layer, "] is \"", kind,
+              "\"; expected ", kSliding, ", ", kCsa, " or ", kHca);
+  GLINT_CHECK(c.q_lora_rank > 0, "deepseek_v4 needs q_lora_rank > 0, got ", c.q_lora_rank);
+  GLINT_CHECK(groups > 0 && group_rank > 0 && num_heads % groups == 0, "deepseek_v4: o_groups (", groups,
+              ") must divide num_attention_heads (", num_heads, ") and o_lora_rank (", group_rank, ") be positive");
+  GLINT_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "deepseek_v4: qk_rope_head_dim (", rope_dim,
+              ") must be even, positive and at most head_dim (", head_dim, ")");
+  const int64_t H = c.hidden_size, D = head_dim, N = num_heads;
+  q_a_proj = register_module("q_a_proj", Linear(H, c.q_lora_rank, false, p));
+  q_a_norm = register_module("q_a_norm", RMSNorm(c.q_lora_rank, eps, p));
+  q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, N * D, false, p));
+  kv_proj = register_module("kv_proj", Linear(H, D, false, p));
+  kv_norm = register_module("kv_norm", RMSNorm(D, eps, p));
+  o_a_proj = register_module("o_a_proj", Linear(N * D / groups, groups * group_rank, false, p));
+  o_b_proj = register_module("o_b_proj", Linear(groups * group_rank, H, false, p));
+  sinks = register_parameter("sinks", new_weight({N}, wide(p)));
+  if (kind == kHca) {
+    GLINT_CHECK(c.compress_rate_hca > 0, "deepseek_v4: compress_rate_hca must be positive, got ", c.compress_rate_hca);
+    compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_hca, false, eps, p));
+  } else if (kind == kCsa) {
+    GLINT_CHECK(c.compress_rate_csa > 0, "deepseek_v4: compress_rate_csa must be positive, got ", c.compress_rate_csa);
+    GLINT_CHECK(c.index_n_heads > 0 && c.index_topk > 0 && c.index_head_dim >= rope_dim,
+                "deepseek_v4: CSA needs index_n_heads > 0 (", c.index_n_heads, "), index_topk > 0 (", c.index_topk,
+                ") and index_head_dim (", c.index_head_dim, ") at least qk_rope_head_dim (", rope_dim, ")");
+    compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_csa, true, eps, p));
+    compressor->indexer = compressor->register_module("indexer", std::make_shared<DeepseekV4IndexerImpl>(c, p));
+  }
+}
+
+at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  const SequenceLayout& layout = ctx.layout;
+  GLINT_ASSERT(x.dim() == 3 && layout.rows == x.size(0) && layout.seq_len == x.size(1), "deepseek_v4 attention over ",
+               x.sizes(), " with a layout of [", layout.rows, ", ", layout.seq_len, "]");
+  const int64_t B = x.size(0), S = x.size(1), N = num_heads, D = head_dim;
+  const RotaryTables& rope = ctx.rope.at(kind == kSliding ? 0 : 1);
+  GLINT_ASSERT(rope.cos.size(-1) == rope_dim && rope.cos.size(0) == B && rope.cos.size(1) == S,
+               "deepseek_v4 rope tables ", rope.cos.sizes(), " for x ", x.sizes(), " and ", rope_dim, " rope dims");
+  const double scale = 1.0 / std::sqrt(double(D));
+
+  at::Tensor qr = q_a_norm->forward(q_a_proj->forward(x));                                   // [B,S,Cq]
+  at::Tensor q = unweighted_rms_norm(q_b_proj->forward(qr).view({B, S, N, D}), eps);         // [B,S,N,D]
+  q = rotate_tail(q, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), 1.0);
+  at::Tensor kv = rotate_tail(kv_norm->forward(kv_proj->forward(x)), rope.cos, rope.sin, 1.0);  // [B,S,D]
+
+  std::vector<at::Tensor> qs = per_span(q, layout), kvs = per_span(kv, layout);
+  std::vector<at::Tensor> coss = per_span(rope.cos, layout), sins = per_span(rope.sin, layout);
+  std::vector<at::Tensor> ckv, cgate;  // the compressor's projections per span [L,C]
+  if (compressor) {
+    ckv = per_span(compressor->kv_proj->forward(x), layout);
+    cgate = per_span(compressor->gate_proj->forward(x), layout);
+  }
+  // The indexer runs only for sequences with more entries than it keeps (otherwise every
+  // causal entry is kept), and without gradient: its picks are integers.
+  std::vector<at::Tensor> ikv, igate, iq, iw;
+  const auto& ix = compressor ? compressor->indexer : nullptr;
+  bool any_selection = false;
+  for (const auto& s : layout.spans) any_selection |= ix && !s.padding && s.length / ix->rate > ix->topk;
+  if (any_selection) {
+    at::NoGradGuard no_grad;
+    ikv = per_span(ix->kv_proj->forward(x), layout);
+    igate = per_span(ix->gate_proj->forward(x), layout);
+    iq = per_span(ix->q_b_proj->forward(qr).view({B, S, ix->heads, ix->dim}), layout);
+    iw = per_span(ix->scorer->weights_proj->forward(x), layout);
+  }
+
+  std::vector<at::Tensor> outs;  // [L,N,D] per span
+  outs.reserve(layout.spans.size());
+  for (size_t n = 0; n < layout.spans.size(); ++n) {
+    const auto& span = layout.spans[n];
+    if (span.padding) {
+      outs.push_back(self_only_attention(qs[n], kvs[n], sinks, scale));
+      continue;
+    }
+    at::Tensor entries, visible;  // [T,D], [L,T]
+    if (compressor) entries = compressor->entries(ckv[n], cgate[n], coss[n], sins[n]);
+    if (entries.defined()) {
+      const int64_t T = entries.size(0);
+      visible = causal_entries(span.length, T, compressor->rate, x.device());
+      if (ix && T > ix->topk) visible = indexer_selection(*ix, ikv[n], igate[n], iq[n], iw[n], coss[n], sins[n], visible);
+    }
+    outs.push_back(blocked_attention(qs[n], kvs[n], entries, visible, sinks, window, query_block, scale));
+  }
+  std::vector<at::Tensor> rows;
+  for (size_t n = 0; n < outs.size();) {
+    size_t end = n;
+    while (end < outs.size() && layout.spans[end].row == layout.spans[n].row) ++end;
+    rows.push_back(end - n == 1 ? outs[n] : at::cat(std::vector<at::Tensor>(outs.begin() + n, outs.begin() + end), 0));
+    n = end;
+  }
+  at::Tensor o = rows.size() == 1 ? rows[0].unsqueeze(0) : at::stack(rows, 0);      // [B,S,N,D]
+  // V carried the keys' rotation: turn each head's output back at the query's position.
+  o = rotate_tail(o, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), -1.0);
+
+  // Grouped output, as transformers' DeepseekV4GroupedLinear: o_a_proj.weight [G*R,P] read
+  // as [G,R,P], group g (heads [g*N/G, (g+1)*N/G)) times its R rows, one batched product.
+  // An adapter on o_a_proj adds, per group, the rows of its delta that belong to the group:
+  // LoRA on o_a_proj means LoRA on the weight the product reads.
+  const int64_t G = groups, R = group_rank, P = N * D / G;
+  at::Tensor og = o.reshape({B * S, G, P});
+  at::Tensor y = at::bmm(og.transpose(0, 1), o_a_proj->weight.view({G, R, P}).transpose(1, 2)).transpose(0, 1);  // [BS,G,R]
+  if (o_a_proj->adapter) {
+    at::Tensor d = o_a_proj->adapter->delta(og).view({B * S, G, G, R});  // group g's input through all G*R rows
+    y = y + d.diagonal(0, 1, 2).transpose(1, 2);                         // keep group g's rows
+  }
+  return o_b_proj->forward(y.reshape({B, S, G * R}));
+}
+
+double DeepseekV4AttentionImpl::score_macs_per_token(int64_t seq_len) const {
+  // Per query: scores and values over the window and the entries it sees (half of a
+  // sequence's entries on average; CSA at most index_topk), D wide each, per head; the
+  // compressor's pooling (one product per channel per token); the indexer scoring every
+  // causal entry (half on average) per index head, when it has to choose.
+  const double S = double(seq_len), W = window > 0 ? std::min<double>(double(window), S) : S / 2;
+  double keys = W, extra = 0;
+  if (compressor) {
+    const double T = std::floor(S / double(compressor->rate));
+    keys += compressor->indexer ? std::min(T / 2, double(compressor->indexer->topk)) : T / 2;
+    extra += compressor->overlap ? 2.0 * head_dim : double(head_dim);
+    if (const auto& ix = compressor->indexer; ix && T > double(ix->topk))
+      extra += 2.0 * ix->dim + double(ix->heads) * double(ix->dim) * T / 2;
+  }
+  return 2.0 * double(num_heads) * double(head_dim) * keys + extra;
+}
+
+}  // namespace glint
