@@ -23,12 +23,23 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const Te
       register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
   post_attention_layernorm = register_module("post_attention_layernorm",
                                              RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
+  if (c.hc_mult > 0) {
+    attn_hc = register_module(
+        "attn_hc", HyperConnection(c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, p));
+    ffn_hc = register_module(
+        "ffn_hc", HyperConnection(c.hc_mult, c.hidden_size, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps, p));
+  }
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                      std::vector<at::Tensor>* router_logits) {
-  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), ctx);
-  return h + mlp->forward(post_attention_layernorm->forward(h), ctx, router_logits);
+  auto attention = [&](const at::Tensor& in) { return self_attn->forward(input_layernorm->forward(in), ctx); };
+  auto feed_forward = [&](const at::Tensor& in) {
+    return mlp->forward(post_attention_layernorm->forward(in), ctx, router_logits);
+  };
+  if (attn_hc) return ffn_hc->forward(attn_hc->forward(x, attention), feed_forward);
+  at::Tensor h = x + attention(x);
+  return h + feed_forward(h);
 }
 
 namespace {
@@ -50,6 +61,8 @@ DecoderStackImpl::DecoderStackImpl(const ModelConfig& c, const TensorPlacement& 
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers->push_back(DecoderLayer(c, l, p));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, p, c.norm_unit_offset));
+  if (c.hc_mult > 0)
+    hc_head = register_module("hc_head", HyperConnectionHead(c.hc_mult, c.hidden_size, c.hc_eps, c.rms_norm_eps, p));
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, const TensorPlacement& p)
@@ -81,12 +94,14 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
   ctx.layout = sequence_layout(segment_ids, dev);
   ctx.input_ids = ids;
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
+  if (model->hc_head) x = x.unsqueeze(2).expand({-1, -1, config.hc_mult, -1}).contiguous();  // [B,S,n,H]
   ForwardOutput out;
   for (size_t l = 0; l < model->layers->size(); ++l) {
     DecoderLayer dl = layer(l);
     x = layer_runner ? layer_runner->run(l, *dl, x, ctx, &out.router_logits)
                      : dl->forward(x, ctx, &out.router_logits);
   }
+  if (model->hc_head) x = model->hc_head->forward(x);
   out.hidden = model->norm->forward(x);
   return out;
 }
@@ -152,13 +167,14 @@ LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
   {
     at::NoGradGuard no_grad;
     at::Tensor rows = valid.nonzero().reshape({-1});
+    at::Tensor ids = input_ids.to(model.placement.device).reshape({-1}).index_select(0, rows);
     std::vector<at::Tensor> counts;
     size_t n = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       DecoderLayer layer = model.layer(l);
       if (!layer->moe) continue;
       // The experts the layer's router chose, from its logits.
-      at::Tensor chosen = layer->moe->gate->select(out.router_logits.at(n++).index_select(0, rows));
+      at::Tensor chosen = layer->moe->gate->select(out.router_logits.at(n++).index_select(0, rows), ids);
       counts.push_back(at::bincount(chosen.reshape({-1}), {}, c.num_experts));
     }
     parts.expert_tokens = at::stack(counts).to(at::kCPU);
@@ -182,7 +198,8 @@ void update_router_biases(CausalLMImpl& model, const at::Tensor& load, double ra
 
 std::vector<std::pair<std::string, at::Tensor>> router_biases(CausalLMImpl& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
+  for (auto& item : model.named_buffers())  // the hash routers' tid2eid tables are fixed, not biases
+    if (item.value().is_floating_point()) out.emplace_back(item.key(), item.value().detach());
   return out;
 }
 
@@ -210,6 +227,14 @@ void init_weights(CausalLMImpl& model, uint64_t seed) {
       v.normal_(0.0, std, gen);
       p.copy_(v);
     }
+  }
+  // Hash routers: K distinct experts per token id, drawn uniformly.
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    DecoderLayer layer = model.layer(l);
+    if (!layer->moe || !layer->moe->gate->tid2eid.defined()) continue;
+    at::Tensor& table = layer->moe->gate->tid2eid;
+    at::Tensor keys = at::empty({table.size(0), layer->moe->num_experts}, at::kFloat).uniform_(0.0, 1.0, gen);
+    table.copy_(std::get<1>(keys.topk(table.size(1), -1)));
   }
 }
 

@@ -1,5 +1,7 @@
 // The decoder-only causal LM every family shares: embeddings, decoder layers (the
-// family's attention and MLP modules, model/family.h), final norm, lm_head. Parameter
+// family's attention and MLP modules, model/family.h), final norm, lm_head. The residual
+// is one stream [B,S,H], or with hc_mult > 0 that many hyper-connection streams
+// [B,S,n,H] (model/hyper_connection.h), collapsed by "model.hc_head" before the norm. Parameter
 // names equal the Hugging Face names (packed-expert form):
 // "model.layers.0.mlp.experts.gate_up_proj".
 //
@@ -14,6 +16,7 @@
 
 #include "model/config.h"
 #include "model/family.h"
+#include "model/hyper_connection.h"
 #include "model/layers.h"
 #include "model/mlp.h"
 #include "model/moe.h"
@@ -23,13 +26,15 @@ namespace glint {
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& place);
-  // x [B,S,H] -> [B,S,H]; MoE layers append their router logits [T,E] when non-null.
+  // x [B,S,H] (or streams [B,S,n,H]) -> the same; MoE layers append their router logits
+  // [T,E] when non-null.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits);
   // The attention module as the family's type T (null when it is another type).
   template <typename T>
   T* attention() const { return dynamic_cast<T*>(self_attn.get()); }
 
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  HyperConnection attn_hc{nullptr}, ffn_hc{nullptr};  // the residuals, when hc_mult > 0
   std::shared_ptr<AttentionModule> self_attn;  // registered under the family's name ("self_attn")
   std::shared_ptr<MlpModule> mlp;              // registered as "mlp"
   DenseMlp dense_mlp{nullptr};  // mlp, when it is the dense SwiGLU block
@@ -44,6 +49,7 @@ class DecoderStackImpl : public torch::nn::Module {
   at::Tensor embed_tokens_weight;  // [V, H] (registered as embed_tokens.weight)
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
+  HyperConnectionHead hc_head{nullptr};  // when hc_mult > 0
   torch::nn::Module* embed_tokens = nullptr;
 };
 TORCH_MODULE(DecoderStack);

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/deepseek_v3/family.h"
+#include "model/deepseek_v4/family.h"
 #include "model/qwen3/family.h"
 #include "model/qwen3_5/family.h"
 
@@ -13,6 +14,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &qwen3_family(),
       &deepseek_v3_family(),
       &qwen3_5_family(),
+      &deepseek_v4_family(),
   };
   return families;
 }

@@ -48,8 +48,8 @@ at::Tensor LocalTokenDispatcher::combine(const at::Tensor& expert_out, const Dis
 }
 
 ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
-                         const TensorPlacement& p, int64_t first)
-    : first_expert(first) {
+                         const TensorPlacement& p, int64_t first, double limit)
+    : first_expert(first), swiglu_limit(limit) {
   gate_up_proj = register_parameter("gate_up_proj", new_weight({num_local, 2 * intermediate, hidden}, p));
   down_proj = register_parameter("down_proj", new_weight({num_local, hidden, intermediate}, p));
 }
@@ -61,22 +61,27 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
   int64_t I = intermediate();
   at::Tensor h = compat::grouped_matmul(x, gate_up_proj, counts);                                   // [N, 2I]
   if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts, tags);
-  at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);  // [N, I]
+  at::Tensor act = swiglu(h.narrow(1, 0, I), h.narrow(1, I, I), swiglu_limit);  // [N, I]
   at::Tensor y = compat::grouped_matmul(act, down_proj, counts);                                 // [N, H]
   if (down_adapter) y = y + down_adapter->delta(act, counts, tags);
   return y;
 }
 
-RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p)
+RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing)
     : num_experts(c.num_experts),
       top_k(c.num_experts_per_tok),
       norm_topk_prob(c.norm_topk_prob),
-      sigmoid(c.scoring_func == "sigmoid"),
+      scoring(c.scoring_func == "sigmoid"        ? Scoring::kSigmoid
+              : c.scoring_func == "sqrtsoftplus" ? Scoring::kSqrtSoftplus
+                                                 : Scoring::kSoftmax),
       n_group(c.n_group),
       topk_group(c.topk_group),
       routed_scaling_factor(c.routed_scaling_factor) {
   weight = register_parameter("weight", new_weight({c.num_experts, c.hidden_size}, p));
-  if (c.router_correction_bias)  // float32 whatever the model's dtype, as transformers keeps it
+  if (hash_routing)
+    tid2eid = register_buffer("tid2eid", at::zeros({c.vocab_size, c.num_experts_per_tok},
+                                                   at::TensorOptions().dtype(at::kLong).device(p.device)));
+  else if (c.router_correction_bias)  // float32 whatever the model's dtype, as transformers keeps it
     e_score_correction_bias = register_buffer(
         "e_score_correction_bias",
         at::zeros({c.num_experts}, at::TensorOptions().dtype(p.dtype == at::kDouble ? at::kDouble : at::kFloat)
@@ -84,11 +89,21 @@ RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p)
 }
 
 at::Tensor RouterImpl::scores(const at::Tensor& logits) const {
-  return sigmoid ? at::sigmoid(logits) : at::softmax(logits, -1);
+  switch (scoring) {
+    case Scoring::kSigmoid: return at::sigmoid(logits);
+    case Scoring::kSqrtSoftplus: return at::sqrt(at::softplus(logits));
+    case Scoring::kSoftmax: break;
+  }
+  return at::softmax(logits, -1);
 }
 
-at::Tensor RouterImpl::select(const at::Tensor& logits) const {
+at::Tensor RouterImpl::select(const at::Tensor& logits, const at::Tensor& token_ids) const {
   at::NoGradGuard no_grad;
+  if (tid2eid.defined()) {
+    GLINT_CHECK(token_ids.defined() && token_ids.numel() == logits.size(0),
+                "hash router: the token ids of its ", logits.size(0), " tokens are required");
+    return tid2eid.index_select(0, token_ids.reshape({-1}).to(tid2eid.device()));
+  }
   at::Tensor choice = scores(logits);  // [T, E]
   if (e_score_correction_bias.defined()) choice = choice + e_score_correction_bias.to(choice.scalar_type());
   if (n_group > 1) {
@@ -106,26 +121,29 @@ at::Tensor RouterImpl::select(const at::Tensor& logits) const {
   return std::get<1>(at::topk(choice, top_k, -1));
 }
 
-Routing RouterImpl::route(const at::Tensor& x) const {
+Routing RouterImpl::route(const at::Tensor& x, const at::Tensor& token_ids) const {
   auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   Routing r;
   r.logits = at::linear(x.to(compute), weight.to(compute));  // [T, E]
   at::Tensor s = scores(r.logits);
-  r.experts = select(r.logits);                              // [T, K]
+  r.experts = select(r.logits, token_ids);                   // [T, K]
   at::Tensor w = s.gather(1, r.experts);                     // [T, K], differentiable
-  if (norm_topk_prob) w = sigmoid ? w / (w.sum(-1, /*keepdim=*/true) + 1e-20) : w / w.sum(-1, /*keepdim=*/true);
+  if (norm_topk_prob)
+    w = scoring == Scoring::kSoftmax ? w / w.sum(-1, /*keepdim=*/true) : w / (w.sum(-1, /*keepdim=*/true) + 1e-20);
   if (routed_scaling_factor != 1.0) w = w * routed_scaling_factor;
   r.weights = w.to(x.scalar_type());
   return r;
 }
 
-MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
+MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing)
     : num_experts(c.num_experts), top_k(c.num_experts_per_tok) {
-  gate = register_module("gate", Router(c, p));
-  experts = register_module("experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, p));
+  gate = register_module("gate", Router(c, p, hash_routing));
+  experts = register_module(
+      "experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, p, 0, c.swiglu_limit));
   if (c.n_shared_experts > 0)
     shared_experts = register_module(
-        "shared_experts", DenseMlp(c.hidden_size, c.n_shared_experts * c.moe_intermediate_size, p));
+        "shared_experts",
+        DenseMlp(c.hidden_size, c.n_shared_experts * c.moe_intermediate_size, p, c.swiglu_limit));
   if (c.shared_expert_intermediate_size > 0) {
     shared_experts = register_module("shared_expert", DenseMlp(c.hidden_size, c.shared_expert_intermediate_size, p));
     shared_expert_gate = register_module("shared_expert_gate", Linear(c.hidden_size, 1, false, p));
@@ -133,8 +151,8 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p)
   dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
 }
 
-at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out) {
-  Routing r = route(x);
+at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out, const at::Tensor& token_ids) {
+  Routing r = route(x, token_ids);
   if (token_tags && token_tags->rows.defined()) r.tags = token_tags->per_token(x.size(0));
   TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
   at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
@@ -149,7 +167,8 @@ at::Tensor MoeBlockImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                  std::vector<at::Tensor>* router_logits) {
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   Routing r;
-  at::Tensor y = forward(x.reshape({B * S, H}), &r).view({B, S, H});
+  at::Tensor ids = gate->tid2eid.defined() ? ctx.input_ids.reshape({-1}) : at::Tensor();
+  at::Tensor y = forward(x.reshape({B * S, H}), &r, ids).view({B, S, H});
   if (router_logits) router_logits->push_back(r.logits);
   return y;
 }

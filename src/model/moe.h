@@ -1,6 +1,7 @@
-// The sparse MoE block: float32 router (softmax top-k, or sigmoid scores with a
-// selection bias and group-limited top-k), token dispatch, packed experts computed
-// grouped by expert, weighted combine, and optional shared experts every token passes.
+// The sparse MoE block: float32 router (softmax top-k; or sigmoid / sqrt(softplus) scores
+// with a selection bias and group-limited top-k; or a fixed table of experts per token
+// id), token dispatch, packed experts computed grouped by expert, weighted combine, and
+// optional shared experts every token passes.
 //
 // Legend: T tokens, H hidden, E experts (E_local held here), K top-k, I expert width,
 // N = T*K routed token copies (N_local after dispatch).
@@ -80,7 +81,7 @@ class LocalTokenDispatcher : public TokenDispatcher {
 class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
-              const TensorPlacement& place, int64_t first_expert = 0);
+              const TensorPlacement& place, int64_t first_expert = 0, double swiglu_limit = 0.0);
   // x [N, H] grouped by local expert with counts[e] rows each  ->  [N, H]; tags [N] are
   // passed to the adapters (undefined: none).
   at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& counts,
@@ -91,28 +92,34 @@ class ExpertsImpl : public torch::nn::Module {
   at::Tensor gate_up_proj;  // [E_local, 2I, H]
   at::Tensor down_proj;     // [E_local, H, I]
   int64_t first_expert;     // global id of local expert 0
+  double swiglu_limit;      // > 0: gate clamped from above, up to [-limit, limit]
   std::shared_ptr<ExpertAdapter> gate_up_adapter;  // optional LoRA on gate_up_proj
   std::shared_ptr<ExpertAdapter> down_adapter;     // optional LoRA on down_proj
 };
 TORCH_MODULE(Experts);
 
 // The router ("mlp.gate"): expert scores of each token and its top-k choice. Never adapted.
+// A hash router (hash_routing) takes each token's experts from the table tid2eid by token
+// id instead of the top-k; its weights still come from the scores.
 class RouterImpl : public torch::nn::Module {
  public:
-  RouterImpl(const ModelConfig& c, const TensorPlacement& place);
-  // x [T, H] -> the routing of its tokens.
-  Routing route(const at::Tensor& x) const;
-  // The experts route() chooses for router logits [T, E]: [T, K] int64, no gradient.
-  at::Tensor select(const at::Tensor& logits) const;
+  enum class Scoring { kSoftmax, kSigmoid, kSqrtSoftplus };
+  RouterImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false);
+  // x [T, H] -> the routing of its tokens; token_ids [T] int64 (read by a hash router only).
+  Routing route(const at::Tensor& x, const at::Tensor& token_ids = at::Tensor()) const;
+  // The experts route() chooses for router logits [T, E] of tokens token_ids [T]: [T, K]
+  // int64, no gradient.
+  at::Tensor select(const at::Tensor& logits, const at::Tensor& token_ids = at::Tensor()) const;
 
   int64_t num_experts, top_k;
   bool norm_topk_prob;
-  bool sigmoid;  // scoring: sigmoid (else softmax)
+  Scoring scoring;
   int64_t n_group, topk_group;
   double routed_scaling_factor;
   at::Tensor weight;                   // [E, H]
   at::Tensor e_score_correction_bias;  // [E] float32 buffer, added to the scores for the
                                        // choice only; undefined when the family has none
+  at::Tensor tid2eid;                  // [V, K] int64 buffer of a hash router, else undefined
 
  private:
   at::Tensor scores(const at::Tensor& logits) const;  // [T, E]
@@ -121,12 +128,15 @@ TORCH_MODULE(Router);
 
 class MoeBlockImpl : public MlpModule {
  public:
-  MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place);
-  // x [T, H] -> [T, H]; the routing is returned through *routing when non-null.
-  at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr);
+  MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false);
+  // x [T, H] -> [T, H] for tokens token_ids [T] (read by a hash router only); the routing
+  // is returned through *routing when non-null.
+  at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr, const at::Tensor& token_ids = at::Tensor());
   // x [B, S, H] -> [B, S, H], appending the router logits [T, E] when non-null.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits) override;
-  Routing route(const at::Tensor& x) const { return gate->route(x); }
+  Routing route(const at::Tensor& x, const at::Tensor& token_ids = at::Tensor()) const {
+    return gate->route(x, token_ids);
+  }
 
   int64_t num_experts, top_k;
   Router gate{nullptr};

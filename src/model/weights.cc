@@ -23,13 +23,31 @@ std::string shape_str(at::IntArrayRef s) {
   return out + "]";
 }
 
-// The block scale of an FP8 weight: "<key>_scale_inv", float32 per 128x128 block (the
-// form of DeepSeek-V3's and Qwen's FP8 releases).
+// The scale of a quantised weight is "<key>_scale_inv" (the released DeepSeek-V4 files'
+// ".scale" is renamed to it by the family's weight map). Two forms (io/quantized.h):
+//   FP8: F8_E4M3 codes, per 128x128 block a float32 scale (DeepSeek-V3, Qwen) or an E8M0
+//        one (DeepSeek-V4);
+//   FP4: two E2M1 codes per I8/U8 byte, [R, C/2], per 1x32 block an E8M0 scale [R, C/32]
+//        (DeepSeek-V4's routed experts).
 std::string fp8_scale_key(const std::string& key) { return key + "_scale_inv"; }
 constexpr int64_t kFp8Block = 128;
 
-bool is_fp8(const CheckpointReader& ckpt, const std::string& key) {
-  return ckpt.info(key).stored_dtype == "F8_E4M3" && ckpt.contains(fp8_scale_key(key));
+enum class Quantised { kNo, kFp8, kFp4 };
+
+Quantised quantised_form(const CheckpointReader& ckpt, const std::string& key) {
+  const std::string& stored = ckpt.info(key).stored_dtype;
+  if (!ckpt.contains(fp8_scale_key(key))) return Quantised::kNo;
+  if (stored == "F8_E4M3") return Quantised::kFp8;
+  if ((stored == "I8" || stored == "U8") && ckpt.info(fp8_scale_key(key)).stored_dtype == "F8_E8M0")
+    return Quantised::kFp4;
+  return Quantised::kNo;
+}
+
+// The weight's shape as numbers: an FP4 matrix holds two columns per stored byte.
+std::vector<int64_t> logical_shape(const CheckpointReader& ckpt, const std::string& key) {
+  std::vector<int64_t> shape = ckpt.info(key).shape;
+  if (quantised_form(ckpt, key) == Quantised::kFp4 && shape.size() == 2) shape[1] *= 2;
+  return shape;
 }
 
 void check_shape(const CheckpointReader& ckpt, const std::string& key,
@@ -37,8 +55,9 @@ void check_shape(const CheckpointReader& ckpt, const std::string& key,
   GLINT_CHECK(ckpt.contains(key), ckpt.dir(), ": missing key '", key, "' (expected shape ",
               shape_str(expected), ")");
   const auto& info = ckpt.info(key);
-  GLINT_CHECK(at::IntArrayRef(info.shape) == expected, ckpt.dir(), ": key '", key, "' has shape ",
-              shape_str(info.shape), ", expected ", shape_str(expected));
+  const std::vector<int64_t> shape = logical_shape(ckpt, key);
+  GLINT_CHECK(at::IntArrayRef(shape) == expected, ckpt.dir(), ": key '", key, "' has shape ",
+              shape_str(shape), ", expected ", shape_str(expected));
   // Raw float8 codes read as bytes: loading them as numbers would be silently wrong. An
   // e4m3 matrix with its block scale is dequantised while read.
   if (info.stored_dtype.rfind("F8_", 0) != 0) return;
@@ -48,27 +67,36 @@ void check_shape(const CheckpointReader& ckpt, const std::string& key,
               "' is stored as F8_E4M3 but its block scale '", fp8_scale_key(key), "' is missing");
 }
 
-// Rows [start, start + count) of the [R, C] weight `key` as numbers of `dtype`: FP8
-// codes dequantised with their block scale, anything else converted.
+// Rows [start, start + count) of the [R, C] weight `key` as numbers of `dtype`: quantised
+// codes dequantised with their scales, anything else converted.
 at::Tensor read_value_rows(const CheckpointReader& ckpt, const std::string& key, int64_t start, int64_t count,
                            c10::ScalarType dtype) {
-  if (!is_fp8(ckpt, key)) return ckpt.read_rows(key, start, count).to(dtype);
-  return dequantize_fp8_blocks(ckpt.read_rows(key, start, count), ckpt.read(fp8_scale_key(key)),
-                               /*scale_is_e8m0=*/false, dtype, ckpt.dir() + ": key '" + key + "'", kFp8Block, start,
-                               ckpt.info(key).shape.at(0));
+  const std::string name = ckpt.dir() + ": key '" + key + "'", scale = fp8_scale_key(key);
+  switch (quantised_form(ckpt, key)) {
+    case Quantised::kNo:
+      return ckpt.read_rows(key, start, count).to(dtype);
+    case Quantised::kFp8:
+      return dequantize_fp8_blocks(ckpt.read_rows(key, start, count), ckpt.read(scale),
+                                   /*scale_is_e8m0=*/ckpt.info(scale).stored_dtype == "F8_E8M0", dtype, name,
+                                   kFp8Block, start, ckpt.info(key).shape.at(0));
+    case Quantised::kFp4:
+      return dequantize_fp4_e2m1(ckpt.read_rows(key, start, count), ckpt.read_rows(scale, start, count), dtype, name);
+  }
+  GLINT_ASSERT(false);
+  return {};
 }
 
 at::Tensor read_value(const CheckpointReader& ckpt, const std::string& key, c10::ScalarType dtype) {
-  if (!is_fp8(ckpt, key)) return ckpt.read(key).to(dtype);
+  if (quantised_form(ckpt, key) == Quantised::kNo) return ckpt.read(key).to(dtype);
   return read_value_rows(ckpt, key, 0, ckpt.info(key).shape.at(0), dtype);
 }
 
 // Elements [start, start + count) of the flattened weight `key`.
 at::Tensor read_value_flat(const CheckpointReader& ckpt, const std::string& key, int64_t start, int64_t count,
                            c10::ScalarType dtype) {
-  if (!is_fp8(ckpt, key)) return ckpt.read_flat(key, start, count).to(dtype);
+  if (quantised_form(ckpt, key) == Quantised::kNo) return ckpt.read_flat(key, start, count).to(dtype);
   if (count == 0) return at::empty({0}, at::TensorOptions().dtype(dtype));
-  const int64_t C = ckpt.info(key).shape.at(1), first = start / C, last = (start + count - 1) / C;
+  const int64_t C = logical_shape(ckpt, key).at(1), first = start / C, last = (start + count - 1) / C;
   return read_value_rows(ckpt, key, first, last - first + 1, dtype).reshape({-1}).narrow(0, start - first * C, count);
 }
 

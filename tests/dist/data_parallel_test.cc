@@ -82,14 +82,31 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
                             {"output_router_logits", true}, {"router_aux_loss_coef", 0.02},
                             {"initializer_range", 0.1}};
   const bool q35 = GetParam().model_type == "qwen3_5_moe_text";
-  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+  // DeepSeek-V4: hyper-connections, sliding / compressed sparse / heavily compressed
+  // attention, a hash-routed first layer, sqrt(softplus) routing with correction biases.
+  nlohmann::json v4_cfg = {{"model_type", "deepseek_v4"}, {"vocab_size", 16}, {"hidden_size", 32},
+                           {"num_hidden_layers", 3},      {"num_attention_heads", 4},
+                           {"num_key_value_heads", 1},    {"head_dim", 8},
+                           {"qk_rope_head_dim", 4},       {"q_lora_rank", 16},
+                           {"o_groups", 2},               {"o_lora_rank", 8},
+                           {"n_routed_experts", 8},       {"num_experts_per_tok", 2},
+                           {"moe_intermediate_size", 16}, {"num_hash_layers", 1},
+                           {"layer_types", {"sliding_attention", "compressed_sparse_attention",
+                                            "heavily_compressed_attention"}},
+                           {"compress_rates", {{"compressed_sparse_attention", 2}, {"heavily_compressed_attention", 4}}},
+                           {"sliding_window", 4},         {"index_n_heads", 2},
+                           {"index_head_dim", 4},         {"index_topk", 2},
+                           {"hc_mult", 2},                {"hc_sinkhorn_iters", 3},
+                           {"initializer_range", 0.1}};
+  const bool v4 = GetParam().model_type == "deepseek_v4";
+  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : v4 ? v4_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
                         {"num_experts", 8},          {"num_experts_per_tok", 2},
                         {"mlp_only_layers", {1}},    {"output_router_logits", true},
                         {"router_aux_loss_coef", 0.02}, {"initializer_range", 0.1}};
-  const std::string router = v3 ? "model.layers.1.mlp.gate.weight" : "model.layers.0.mlp.gate.weight";
+  const std::string router = v3 || v4 ? "model.layers.1.mlp.gate.weight" : "model.layers.0.mlp.gate.weight";
   std::ofstream(dir + "/config.json") << cfg.dump();
   int code;
   std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
@@ -229,11 +246,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
                       Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
-                      // DeepSeek-V3 and Qwen3.5-MoE under EP x FSDP (and replicated EP with recompute).
+                      // DeepSeek-V3, Qwen3.5-MoE and DeepSeek-V4 under EP x FSDP (and replicated EP
+                      // with recompute).
                       Variant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
                       Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
                       Variant{false, kEpV3, "Qwen3_5LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
-                      Variant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"}),
+                      Variant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
+                      Variant{false, kEpV3, "DeepseekV4LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
+                      Variant{true, kEpV3, "DeepseekV4FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "io/checkpoint.h"
+#include "io/raw_safetensors.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
 #include "model/deepseek_v3/family.h"
@@ -21,6 +22,9 @@
 
 namespace glint {
 namespace {
+
+using testing::RawTensor;
+using testing::write_raw_safetensors;
 
 using nlohmann::json;
 const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
@@ -168,30 +172,6 @@ double e4m3(uint8_t code) {
   int sign = code >> 7, e = (code >> 3) & 15, mant = code & 7;
   double v = e == 0 ? mant / 8.0 * std::ldexp(1.0, -6) : (1 + mant / 8.0) * std::ldexp(1.0, e - 7);
   return sign ? -v : v;
-}
-
-struct RawTensor {
-  std::string name, dtype;
-  at::Tensor t;
-};
-
-void write_raw_safetensors(const std::string& path, const std::vector<RawTensor>& entries) {
-  std::string header = "{", data;
-  for (const auto& e : entries) {
-    at::Tensor t = e.t.contiguous();
-    size_t bytes = size_t(t.numel()) * t.element_size();
-    std::string shape;
-    for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    header += (header.size() > 1 ? "," : "") + ("\"" + e.name + "\":{\"dtype\":\"" + e.dtype + "\",\"shape\":[" +
-                                                 shape + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
-                                                 std::to_string(data.size() + bytes) + "]}");
-    data.append(static_cast<const char*>(t.data_ptr()), bytes);
-  }
-  header += "}";
-  std::ofstream f(path, std::ios::binary);
-  uint64_t n = header.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f << header << data;
 }
 
 // A model whose projections are stored as FP8 e4m3 codes with float32 128x128 block

@@ -211,8 +211,8 @@ TEST(DeepseekV4Attention, RegistersTheTransformersNamesAndShapes) {
     std::map<std::string, std::vector<int64_t>> got;
     for (auto& item : m->named_parameters()) {
       got[item.key()] = item.value().sizes().vec();
-      bool wide = item.key() == "sinks" || item.key().find("position_bias") != std::string::npos;
-      EXPECT_EQ(item.value().scalar_type(), wide ? at::kFloat : at::kBFloat16) << item.key();
+      // One dtype for every parameter: FSDP flattens a layer into one buffer.
+      EXPECT_EQ(item.value().scalar_type(), at::kBFloat16) << item.key();
     }
     EXPECT_EQ(got, expected[layer]) << c.layer_types[layer];
   }
@@ -406,7 +406,7 @@ TEST(DeepseekV4Attention, LowerPrecisionsFollowFloat64) {
     double err = rel_err(y32.to(at::kDouble), y64);
     std::cout << "[ measured ] " << m64->kind << " float32 vs float64: max rel err " << err << "\n";
     EXPECT_LT(err, 1e-4) << m64->kind;
-    // bfloat16 weights and activations, float32 sinks and position biases.
+    // bfloat16 weights (sinks and position biases too) and activations.
     DeepseekV4Attention m16(c, layer, TensorPlacement{at::kBFloat16, c10::Device(c10::kCPU)});
     randomize(*m16, 500 + layer);
     at::Tensor y16 = m16->forward(x.to(at::kBFloat16), ctx);

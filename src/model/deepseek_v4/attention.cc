@@ -20,13 +20,6 @@ constexpr const char* kHca = "heavily_compressed_attention";
 // Softmaxes, norms, RoPE and indexer scores run in float32, or float64 for float64 models.
 c10::ScalarType compute_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
-// Sinks and position biases are kept at least float32, as the release stores them.
-TensorPlacement wide(const TensorPlacement& p) {
-  TensorPlacement w = p;
-  w.dtype = p.dtype == at::kDouble ? at::kDouble : at::kFloat;
-  return w;
-}
-
 // Interleaved RoPE on the last rd dims of x [...,D]: pair i (D-rd+2i, D-rd+2i+1) turns by
 // the angle of cos[...,i], sin[...,i] (rotate-half tables [...,rd] whose halves repeat;
 // leading dims broadcast against x's). sign -1 turns back. The tables are rounded to x's
@@ -170,7 +163,7 @@ DeepseekV4CompressorImpl::DeepseekV4CompressorImpl(int64_t hidden, int64_t dim_,
   kv_proj = register_module("kv_proj", Linear(hidden, C, false, p));
   gate_proj = register_module("gate_proj", Linear(hidden, C, false, p));
   kv_norm = register_module("kv_norm", RMSNorm(dim, eps, p));
-  position_bias = register_parameter("position_bias", new_weight({rate, C}, wide(p)));
+  position_bias = register_parameter("position_bias", new_weight({rate, C}, p));
 }
 
 at::Tensor DeepseekV4CompressorImpl::entries(const at::Tensor& kv, const at::Tensor& gate, const at::Tensor& cos,
@@ -235,7 +228,7 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   kv_norm = register_module("kv_norm", RMSNorm(D, eps, p));
   o_a_proj = register_module("o_a_proj", Linear(N * D / groups, groups * group_rank, false, p));
   o_b_proj = register_module("o_b_proj", Linear(groups * group_rank, H, false, p));
-  sinks = register_parameter("sinks", new_weight({N}, wide(p)));
+  sinks = register_parameter("sinks", new_weight({N}, p));
   if (kind == kHca) {
     GLINT_CHECK(c.compress_rate_hca > 0, "deepseek_v4: compress_rate_hca must be positive, got ", c.compress_rate_hca);
     compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_hca, false, eps, p));

@@ -47,7 +47,7 @@ class DeepseekV4CompressorImpl : public torch::nn::Module {
   bool overlap;
   Linear kv_proj{nullptr}, gate_proj{nullptr};  // [C,H]
   RMSNorm kv_norm{nullptr};                      // [dim]
-  at::Tensor position_bias;                      // [m,C], at least float32
+  at::Tensor position_bias;                      // [m,C], in the model dtype (FSDP flattens a layer to one dtype); used in float32
   std::shared_ptr<DeepseekV4IndexerImpl> indexer;  // CSA only
 };
 TORCH_MODULE(DeepseekV4Compressor);
@@ -97,7 +97,7 @@ class DeepseekV4AttentionImpl : public AttentionModule {
   RMSNorm kv_norm{nullptr};         // [D]
   Linear o_a_proj{nullptr};         // [G*R,P], applied per group (see forward)
   Linear o_b_proj{nullptr};         // [H,G*R]
-  at::Tensor sinks;                 // [N], at least float32
+  at::Tensor sinks;                 // [N], in the model dtype; the softmax it joins runs in float32
   DeepseekV4Compressor compressor{nullptr};  // CSA / HCA
 };
 TORCH_MODULE(DeepseekV4Attention);
