@@ -152,11 +152,13 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, bool 
 }
 
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out, const at::Tensor& token_ids) {
-  Routing r = route(x, token_ids);
-  if (token_tags && token_tags->rows.defined()) r.tags = token_tags->per_token(x.size(0));
-  TokenDispatcher::Dispatched d = dispatcher->dispatch(x, r);
+  at::Tensor flat = x.reshape({-1, x.size(-1)});  // [T, H]
+  Routing r = route(flat, token_ids);
+  if (token_tags && token_tags->rows.defined()) r.tags = token_tags->per_token(flat.size(0));
+  TokenDispatcher::Dispatched d = dispatcher->dispatch(flat, r);
   at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
-  at::Tensor out = dispatcher->combine(y, d, x.size(0));
+  at::Tensor out = dispatcher->combine(y, d, flat.size(0)).view(x.sizes());
+  // The shared expert sees x in its own shape: a tenant's adapter there picks its rows.
   if (shared_expert_gate) out = out + at::sigmoid(shared_expert_gate->forward(x)) * shared_experts->forward(x);
   else if (shared_experts) out = out + shared_experts->forward(x);
   if (routing_out) *routing_out = std::move(r);
@@ -165,10 +167,9 @@ at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out, cons
 
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                  std::vector<at::Tensor>* router_logits) {
-  const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   Routing r;
   at::Tensor ids = gate->tid2eid.defined() ? ctx.input_ids.reshape({-1}) : at::Tensor();
-  at::Tensor y = forward(x.reshape({B * S, H}), &r, ids).view({B, S, H});
+  at::Tensor y = forward(x, &r, ids);
   if (router_logits) router_logits->push_back(r.logits);
   return y;
 }

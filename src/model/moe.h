@@ -129,8 +129,9 @@ TORCH_MODULE(Router);
 class MoeBlockImpl : public MlpModule {
  public:
   MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false);
-  // x [T, H] -> [T, H] for tokens token_ids [T] (read by a hash router only); the routing
-  // is returned through *routing when non-null.
+  // x [..., H] ([T, H], or [B, S, H] for tenant adapters on a shared expert to find their
+  // rows) -> the same shape, for tokens token_ids [T] (read by a hash router only); the
+  // routing is returned through *routing when non-null.
   at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr, const at::Tensor& token_ids = at::Tensor());
   // x [B, S, H] -> [B, S, H], appending the router logits [T, E] when non-null.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits) override;

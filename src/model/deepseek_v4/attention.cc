@@ -314,7 +314,8 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
   at::Tensor og = o.reshape({B * S, G, P});
   at::Tensor y = at::bmm(og.transpose(0, 1), o_a_proj->weight.view({G, R, P}).transpose(1, 2)).transpose(0, 1);  // [BS,G,R]
   if (o_a_proj->adapter) {
-    at::Tensor d = o_a_proj->adapter->delta(og).view({B * S, G, G, R});  // group g's input through all G*R rows
+    // [B,S,...] in, as every adapter expects (a tenant adapter picks its rows along dim 0).
+    at::Tensor d = o_a_proj->adapter->delta(o.reshape({B, S, G, P})).view({B * S, G, G, R});  // group g's input, all G*R rows
     y = y + d.diagonal(0, 1, 2).transpose(1, 2);                         // keep group g's rows
   }
   return o_b_proj->forward(y.reshape({B, S, G * R}));
