@@ -4,6 +4,7 @@
 #include "model/deepseek_v3/family.h"
 #include "model/qwen3/family.h"
 #include "model/qwen3_5/family.h"
+#include "model/qwen3_next/family.h"
 
 namespace glint {
 
@@ -13,6 +14,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &qwen3_family(),
       &deepseek_v3_family(),
       &qwen3_5_family(),
+      &qwen3_next_family(),
   };
   return families;
 }

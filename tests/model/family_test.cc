@@ -109,6 +109,10 @@ TEST(Family, PeftKeyNamesArePinnedPerFamily) {
        {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
         "linear_attn.out_proj", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.shared_expert.gate_proj",
         "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj", "mlp.shared_expert_gate"}},
+      {"qwen3_next",
+       {"linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba", "linear_attn.out_proj", "mlp.experts.gate_up_proj",
+        "mlp.experts.down_proj", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+        "mlp.shared_expert.down_proj", "mlp.shared_expert_gate"}},
   };
   ASSERT_EQ(want.size(), model_families().size()) << "pin the PEFT names of every registered family";
   for (const ModelFamily* f : model_families()) {
