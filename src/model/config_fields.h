@@ -50,6 +50,20 @@ std::string rope_type(const nlohmann::json& block, const std::string& where);
 // The RoPE scaling block ("rope_scaling", or v5's "rope_parameters" with a rope_type other
 // than "default"): none, or YaRN when `yarn_allowed`; anything else is refused by name.
 void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool yarn_allowed, ModelConfig* c);
+// RoPE on the first head_dim * partial_rotary_factor dims (Qwen3.5-MoE, Qwen3-Next):
+// rope_theta and partial_rotary_factor (default 0.25) from the RoPE block (rope_block)
+// over the top level. A block whose type is not one of `types` is refused by name.
+void read_partial_rope(const nlohmann::json& j, const std::string& where, const std::vector<std::string>& types,
+                       ModelConfig* c);
+// The hybrid layer kinds ("linear_attention" / "full_attention") of Qwen3.5-MoE and
+// Qwen3-Next into c->layer_types: from "layer_types" (the legacy "mamba" and "attention"
+// remapped), else layer l is full attention iff (l + 1) % full_attention_interval == 0
+// (default 4). Needs c->num_hidden_layers; the kinds and their count are the family's to check.
+void read_hybrid_layer_types(const nlohmann::json& j, const std::string& where, ModelConfig* c);
+// The checks of the hybrid layers (Qwen3.5-MoE, Qwen3-Next): head_dim, the Gated DeltaNet
+// sizes (value heads a multiple of key heads), an even, nonzero number of rotary dims, and
+// one known kind per layer in layer_types.
+void validate_hybrid_layers(const ModelConfig& c, const std::string& where);
 // The checks every family shares: positive sizes, heads dividing, eps, activation.
 void validate_common(const ModelConfig& c, const std::string& where);
 // The fields of read_common as config.json holds them.

@@ -5,6 +5,7 @@
 #include "model/deepseek_v4/family.h"
 #include "model/qwen3/family.h"
 #include "model/qwen3_5/family.h"
+#include "model/qwen3_next/family.h"
 
 namespace glint {
 
@@ -15,6 +16,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &deepseek_v3_family(),
       &qwen3_5_family(),
       &deepseek_v4_family(),
+      &qwen3_next_family(),
   };
   return families;
 }

@@ -99,7 +99,15 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
                            {"hc_mult", 2},                {"hc_sinkhorn_iters", 3},
                            {"initializer_range", 0.1}};
   const bool v4 = GetParam().model_type == "deepseek_v4";
-  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : v4 ? v4_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+  // Qwen3-Next: fused DeltaNet projections, per-expert keys on disk, a dense second layer,
+  // router weights not renormalised.
+  nlohmann::json qnext_cfg = q35_cfg;
+  qnext_cfg["model_type"] = "qwen3_next";
+  qnext_cfg["intermediate_size"] = 40;
+  qnext_cfg["mlp_only_layers"] = {1};
+  qnext_cfg["norm_topk_prob"] = false;
+  const bool qnext = GetParam().model_type == "qwen3_next";
+  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : v4 ? v4_cfg : qnext ? qnext_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
@@ -246,14 +254,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
                       Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
                       Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
-                      // DeepSeek-V3, Qwen3.5-MoE and DeepSeek-V4 under EP x FSDP (and replicated EP
-                      // with recompute).
+                      // DeepSeek-V3, Qwen3.5-MoE, DeepSeek-V4 and Qwen3-Next under EP x FSDP (and
+                      // replicated EP with recompute).
                       Variant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
                       Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
                       Variant{false, kEpV3, "Qwen3_5LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
                       Variant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
                       Variant{false, kEpV3, "DeepseekV4LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
-                      Variant{true, kEpV3, "DeepseekV4FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"}),
+                      Variant{true, kEpV3, "DeepseekV4FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
+                      Variant{false, kEpV3, "Qwen3NextLoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"},
+                      Variant{true, kEpV3, "Qwen3NextFullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

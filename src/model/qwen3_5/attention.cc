@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "model/qwen3_5/gated_delta.h"
 
 namespace glint {
@@ -52,16 +53,24 @@ ConvWeightImpl::ConvWeightImpl(int64_t channels, int64_t width, const TensorPlac
   weight = register_parameter("weight", new_weight({channels, 1, width}, p));
 }
 
-GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& p)
+GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& p, DeltaNetProjections f)
     : key_heads(c.linear_num_key_heads),
       value_heads(c.linear_num_value_heads),
       key_dim(c.linear_key_head_dim),
-      value_dim(c.linear_value_head_dim) {
+      value_dim(c.linear_value_head_dim),
+      form(f) {
   const int64_t H = c.hidden_size, channels = 2 * key_heads * key_dim + value_heads * value_dim;
-  in_proj_qkv = register_module("in_proj_qkv", Linear(H, channels, false, p));
-  in_proj_z = register_module("in_proj_z", Linear(H, value_heads * value_dim, false, p));
-  in_proj_b = register_module("in_proj_b", Linear(H, value_heads, false, p));
-  in_proj_a = register_module("in_proj_a", Linear(H, value_heads, false, p));
+  GLINT_CHECK(key_heads > 0 && value_heads % key_heads == 0, "GatedDeltaNet: linear_num_value_heads (", value_heads,
+              ") must be a multiple of linear_num_key_heads (", key_heads, ")");
+  if (form == DeltaNetProjections::kFused) {
+    in_proj_qkvz = register_module("in_proj_qkvz", Linear(H, channels + value_heads * value_dim, false, p));
+    in_proj_ba = register_module("in_proj_ba", Linear(H, 2 * value_heads, false, p));
+  } else {
+    in_proj_qkv = register_module("in_proj_qkv", Linear(H, channels, false, p));
+    in_proj_z = register_module("in_proj_z", Linear(H, value_heads * value_dim, false, p));
+    in_proj_b = register_module("in_proj_b", Linear(H, value_heads, false, p));
+    in_proj_a = register_module("in_proj_a", Linear(H, value_heads, false, p));
+  }
   conv1d = register_module("conv1d", ConvWeight(channels, c.linear_conv_kernel_dim, p));
   auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
   dt_bias = register_parameter("dt_bias", at::ones({value_heads}, opts));
@@ -70,10 +79,36 @@ GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement
   out_proj = register_module("out_proj", Linear(value_heads * value_dim, H, false, p));
 }
 
+GatedDeltaNetImpl::Projected GatedDeltaNetImpl::project(const at::Tensor& x) {
+  const int64_t B = x.size(0), S = x.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim, Dv = value_dim;
+  const int64_t r = Hv / Hk;
+  Projected out;
+  if (form == DeltaNetProjections::kSplit) {
+    out.qkv = in_proj_qkv->forward(x);
+    out.z = in_proj_z->forward(x).view({B, S, Hv, Dv});
+    out.b = in_proj_b->forward(x);
+    out.a = in_proj_a->forward(x);
+    return out;
+  }
+  // Per key head [q | k | v (r heads) | z (r heads)] and [b (r) | a (r)]; the heads of
+  // each part, taken in key-head order, are the split form's heads in order.
+  std::vector<at::Tensor> qkvz =
+      in_proj_qkvz->forward(x).view({B, S, Hk, 2 * Dk + 2 * r * Dv}).split_with_sizes({Dk, Dk, r * Dv, r * Dv}, -1);
+  out.qkv = at::cat({qkvz[0].reshape({B, S, Hk * Dk}), qkvz[1].reshape({B, S, Hk * Dk}),
+                     qkvz[2].reshape({B, S, Hv * Dv})},
+                    -1);
+  out.z = qkvz[3].reshape({B, S, Hv, Dv});
+  std::vector<at::Tensor> ba = in_proj_ba->forward(x).view({B, S, Hk, 2 * r}).split(r, -1);
+  out.b = ba[0].reshape({B, S, Hv});
+  out.a = ba[1].reshape({B, S, Hv});
+  return out;
+}
+
 at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
   const int64_t B = x.size(0), S = x.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim, Dv = value_dim;
   const int64_t r = Hv / Hk;
-  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in_proj_qkv->forward(x), conv1d->weight, ctx.layout));
+  Projected in = project(x);
+  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout));
   std::vector<at::Tensor> qkv = mixed.split_with_sizes({Hk * Dk, Hk * Dk, Hv * Dv}, -1);
   auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // L2 normalisation with the eps inside the root, added to the sum of squares.
@@ -88,11 +123,10 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& c
     k = k.repeat_interleave(r, 2);
   }
   at::Tensor v = qkv[2].view({B, S, Hv, Dv});
-  at::Tensor beta = at::sigmoid(in_proj_b->forward(x).to(compute));                              // [B,S,Hv]
-  at::Tensor g = -at::exp(A_log.to(compute)) * at::softplus(in_proj_a->forward(x).to(compute) + dt_bias.to(compute));
+  at::Tensor beta = at::sigmoid(in.b.to(compute));                                                // [B,S,Hv]
+  at::Tensor g = -at::exp(A_log.to(compute)) * at::softplus(in.a.to(compute) + dt_bias.to(compute));
   at::Tensor o = gated_delta_rule(q.to(v.scalar_type()), k.to(v.scalar_type()), v, g, beta, ctx.layout);  // [B,S,Hv,Dv]
-  at::Tensor z = in_proj_z->forward(x).view({B, S, Hv, Dv});
-  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(z.to(compute))).to(x.scalar_type());
+  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(in.z.to(compute))).to(x.scalar_type());
   return out_proj->forward(gated.reshape({B, S, Hv * Dv}));
 }
 

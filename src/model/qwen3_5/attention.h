@@ -10,6 +10,14 @@
 // g = -exp(A_log) softplus(in_proj_a x + dt_bias); key head j serves value heads
 // j*r .. j*r+r-1; the gated delta rule (model/qwen3_5/gated_delta.h), restarting at every
 // packed sequence; RMSNorm(o) * w * silu(in_proj_z x) per value head; out_proj.
+// Its input projections come in two forms, chosen by the family:
+//   kSplit (Qwen3.5-MoE): in_proj_qkv [C, H] (rows q | k | v, heads contiguous),
+//     in_proj_z [Hv*Dv, H], in_proj_b, in_proj_a [Hv, H];
+//   kFused (Qwen3-Next): in_proj_qkvz [2 Hk Dk + 2 Hv Dv, H], rows grouped per key head j as
+//     [q_j (Dk) | k_j (Dk) | v (r heads x Dv) | z (r heads x Dv)], and in_proj_ba [2 Hv, H],
+//     rows per key head as [b (r) | a (r)]; value head j*r + i is slot i of key head j.
+//     Reordered into the split form's q | k | v channels before the convolution, so
+//     conv1d.weight means the same in both (transformers' fix_query_key_value_ordering).
 //
 // Legend: B rows, S positions, H hidden, Nh / Nkv query / kv heads, D head_dim, R rotary
 // dims, Hk / Hv key / value heads (r = Hv / Hk), Dk / Dv their dims, C conv channels
@@ -40,18 +48,35 @@ class ConvWeightImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ConvWeight);
 
+// The form of GatedDeltaNet's input projections (see above).
+enum class DeltaNetProjections { kSplit, kFused };
+
 class GatedDeltaNetImpl : public AttentionModule {
  public:
-  GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& place);
+  GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& place,
+                    DeltaNetProjections form);
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
   double score_macs_per_token(int64_t seq_len) const override;
 
   int64_t key_heads, value_heads, key_dim, value_dim;
+  DeltaNetProjections form;
+  // kSplit: in_proj_qkv [C, H], in_proj_z [Hv*Dv, H], in_proj_b / in_proj_a [Hv, H].
   Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr};
+  // kFused: in_proj_qkvz [2 Hk Dk + 2 Hv Dv, H], in_proj_ba [2 Hv, H], grouped per key head.
+  Linear in_proj_qkvz{nullptr}, in_proj_ba{nullptr};
   ConvWeight conv1d{nullptr};
   at::Tensor dt_bias, A_log;  // [Hv]
   RMSNorm norm{nullptr};      // plain w, [Dv]
   Linear out_proj{nullptr};   // [H, Hv*Dv]
+
+ private:
+  // The projections of x [B,S,H] in the split form's layout.
+  struct Projected {
+    at::Tensor qkv;   // [B,S,C] conv channels: q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
+    at::Tensor z;     // [B,S,Hv,Dv]
+    at::Tensor b, a;  // [B,S,Hv]
+  };
+  Projected project(const at::Tensor& x);
 };
 TORCH_MODULE(GatedDeltaNet);
 

@@ -48,7 +48,8 @@ class Qwen3_5Family : public ModelFamily {
     c.num_key_value_heads = j.contains("num_key_value_heads") ? c.num_key_value_heads : 2;
     cf::read(j, w, "head_dim", &c.head_dim);
     if (!cf::read(top, where, "tie_word_embeddings", &c.tie_word_embeddings)) c.tie_word_embeddings = false;
-    read_rope(j, w, &c);
+    // M-RoPE gives every section the same position for text: plain RoPE here.
+    cf::read_partial_rope(j, w, {"default", "mrope"}, &c);
     cf::read(j, w, "linear_num_key_heads", &c.linear_num_key_heads);
     cf::read(j, w, "linear_num_value_heads", &c.linear_num_value_heads);
     cf::read(j, w, "linear_key_head_dim", &c.linear_key_head_dim);
@@ -60,23 +61,7 @@ class Qwen3_5Family : public ModelFamily {
     cf::read(j, w, "shared_expert_intermediate_size", &c.shared_expert_intermediate_size);
     cf::read(j, w, "output_router_logits", &c.output_router_logits);
     cf::read(j, w, "router_aux_loss_coef", &c.router_aux_loss_coef);
-    auto types = j.find("layer_types");
-    if (types != j.end() && !types->is_null()) {
-      GLINT_CHECK(types->is_array(), w, ": field 'layer_types' must be an array, got ", types->dump());
-      for (const auto& t : *types) {
-        GLINT_CHECK(t.is_string(), w, ": field 'layer_types' must hold strings, got ", t.dump());
-        std::string kind = t.get<std::string>();
-        if (kind == "mamba") kind = kLinear;  // the legacy names
-        if (kind == "attention") kind = kFull;
-        c.layer_types.push_back(kind);
-      }
-    } else {
-      int64_t interval = 4;
-      cf::read(j, w, "full_attention_interval", &interval);
-      GLINT_CHECK(interval > 0, w, ": full_attention_interval must be positive, got ", interval);
-      for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        c.layer_types.push_back((l + 1) % interval == 0 ? kFull : kLinear);
-    }
+    cf::read_hybrid_layer_types(j, w, &c);
     c.norm_topk_prob = true;  // this router always renormalises
     c.norm_unit_offset = true;
     c.model_type = "qwen3_5_moe_text";  // what this family builds and saves: the text model
@@ -111,29 +96,10 @@ class Qwen3_5Family : public ModelFamily {
     GLINT_CHECK(c.model_type == "qwen3_5_moe_text" || c.model_type == "qwen3_5_moe", where, ": model_type '",
                 c.model_type, "' is not a qwen3_5 family type");
     cf::validate_common(c, where);
-    auto positive = [&](const char* name, int64_t v) {
-      GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);
-    };
-    positive("head_dim", c.head_dim);
-    positive("num_experts", c.num_experts);
-    positive("linear_num_key_heads", c.linear_num_key_heads);
-    positive("linear_num_value_heads", c.linear_num_value_heads);
-    positive("linear_key_head_dim", c.linear_key_head_dim);
-    positive("linear_value_head_dim", c.linear_value_head_dim);
-    positive("linear_conv_kernel_dim", c.linear_conv_kernel_dim);
+    GLINT_CHECK(c.num_experts > 0, where, ": num_experts must be positive, got ", c.num_experts);
     GLINT_CHECK(c.shared_expert_intermediate_size >= 0, where, ": shared_expert_intermediate_size must be >= 0, got ",
                 c.shared_expert_intermediate_size);
-    GLINT_CHECK(c.linear_num_value_heads % c.linear_num_key_heads == 0, where, ": linear_num_value_heads (",
-                c.linear_num_value_heads, ") must be a multiple of linear_num_key_heads (", c.linear_num_key_heads, ")");
-    const int64_t R = int64_t(double(c.head_dim) * c.partial_rotary_factor);
-    GLINT_CHECK(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1 && R % 2 == 0 && R > 0, where,
-                ": partial_rotary_factor ", c.partial_rotary_factor, " gives ", R,
-                " rotary dims of head_dim ", c.head_dim, " (need an even number > 0)");
-    GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ",
-                c.layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
-    for (const auto& t : c.layer_types)
-      GLINT_CHECK(t == kFull || t == kLinear, where, ": layer type '", t, "' is not supported (expected ", kFull,
-                  " or ", kLinear, ")");
+    cf::validate_hybrid_layers(c, where);
   }
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
@@ -142,7 +108,7 @@ class Qwen3_5Family : public ModelFamily {
       parts.attention = GatedAttention(c, p).ptr();
     } else {
       parts.attention_name = "linear_attn";
-      parts.attention = GatedDeltaNet(c, p).ptr();
+      parts.attention = GatedDeltaNet(c, p, DeltaNetProjections::kSplit).ptr();
     }
     parts.mlp = MoeBlock(c, p).ptr();
     return parts;
@@ -190,24 +156,6 @@ class Qwen3_5Family : public ModelFamily {
     const std::string release = "model.language_model.";
     if (starts_with(stored, release)) return "model." + stored.substr(release.size());
     return stored;
-  }
-
- private:
-  // RoPE: theta and the rotary share from the rope dict (rope_scaling over
-  // rope_parameters) or the top level. M-RoPE gives every section the same position for
-  // text, so it is plain RoPE here; other kinds are refused.
-  static void read_rope(const json& j, const std::string& where, ModelConfig* c) {
-    std::string field;
-    const json* rope = cf::rope_block(j, where, &field);
-    c->partial_rotary_factor = 0.25;
-    cf::read(j, where, "partial_rotary_factor", &c->partial_rotary_factor);
-    if (!rope) return;
-    const std::string w = where + " (" + field + ")";
-    const std::string type = cf::rope_type(*rope, w);
-    GLINT_CHECK(type == "default" || type == "mrope", w, ": RoPE type '", type,
-                "' is not supported (expected default, or mrope, which is plain RoPE for text)");
-    cf::read(*rope, w, "rope_theta", &c->rope_theta);
-    cf::read(*rope, w, "partial_rotary_factor", &c->partial_rotary_factor);
   }
 };
 
