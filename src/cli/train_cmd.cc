@@ -49,7 +49,7 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                   "weight of the router load-balancing loss added to training (0: off; default: the model's "
                   "config.json, output_router_logits and router_aux_loss_coef)");
   cmd->add_option("--router-bias-update-rate", o->router_bias_update_rate,
-                  "aux-loss-free balancing (DeepSeek-V3): after each step, move each router correction bias by "
+                  "aux-loss-free balancing (DeepSeek-V3, DeepSeek-V4): after each step, move each router correction bias by "
                   "this much toward balanced expert load (0: off); the biases are saved with the run")
       ->capture_default_str();
   cmd->add_option("--adam-beta1", o->adam.beta1, "AdamW first-moment decay")->capture_default_str();

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -237,7 +239,11 @@ std::pair<at::Tensor, at::Tensor> fp4_weight(int64_t R, int64_t C, at::Tensor* v
   return {packed, scale};
 }
 
-TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
+// A checkpoint in the release's form (its key names, FP8 linears with E8M0 block scales,
+// FP4 routed experts, an MTP tensor) written to `dir`; returns the model's config json and
+// fills *want with the numbers the loader must produce. `corrupt` may edit the tensors.
+json write_release(const std::string& dir, std::map<std::string, at::Tensor>* want,
+                   const std::function<void(std::vector<testing::RawTensor>&)>& corrupt = {}) {
   json j = tiny_json();
   j["moe_intermediate_size"] = 32;  // FP4 rows hold a multiple of 32 values
   j["num_hidden_layers"] = 3;
@@ -246,11 +252,10 @@ TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
   randomize(*m, 7);
   const ModelConfig& c = m->config;
-  const std::string dir = testing::fresh_temp_dir("dsv4_release");
   std::vector<testing::RawTensor> disk;
-  std::map<std::string, at::Tensor> want = hf_weights(*m);  // the numbers the loader must produce
+  *want = hf_weights(*m);
   at::manual_seed(13);
-  for (auto& [hf, t] : want) {
+  for (auto& [hf, t] : *want) {
     const std::string name = released_name(hf);
     if (ends_with(hf, "mlp.experts.gate_up_proj") || ends_with(hf, "mlp.experts.down_proj")) {
       const bool gate_up = ends_with(hf, "gate_up_proj");
@@ -291,13 +296,20 @@ TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
     }
   }
   disk.push_back({"mtp.0.embed.weight", "F32", at::zeros({4}, at::kFloat)});  // skipped
+  if (corrupt) corrupt(disk);
   testing::write_raw_safetensors(dir + "/model.safetensors", disk);
   json cfg = j;
   cfg["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
                                 {"weight_block_size", {128, 128}}};
   cfg["compress_ratios"] = {0, 4, 128, 0};  // ignored: layer_types wins
   std::ofstream(dir + "/config.json") << cfg.dump();
+  return j;
+}
 
+TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
+  const std::string dir = testing::fresh_temp_dir("dsv4_release");
+  std::map<std::string, at::Tensor> want;
+  json j = write_release(dir, &want);
   CausalLM loaded = from_pretrained(dir, kF64);
   std::map<std::string, at::Tensor> got = hf_weights(*loaded);
   ASSERT_EQ(got.size(), want.size());
@@ -305,11 +317,49 @@ TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
     ASSERT_TRUE(got.count(name)) << name;
     EXPECT_TRUE(at::equal(got[name].to(at::kDouble), t.to(at::kDouble))) << name;
   }
+  // Ranges of the flattened parameters (what an FSDP rank reads), mid-row and mid-block,
+  // through the release's names: FP8, FP4 per-expert keys, plain.
+  auto ckpt = open_checkpoint(dir, loaded->config);
+  for (const auto& site : parameter_sites(*loaded)) {
+    const int64_t n = site.tensor.numel();
+    for (auto [start, count] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {n / 3 + 1, n / 3}, {n - 5, 5}}) {
+      at::Tensor range = read_parameter_range(*ckpt, site, site.tensor.sizes(), start, count, at::kDouble);
+      EXPECT_TRUE(at::equal(range, site.tensor.detach().reshape({-1}).narrow(0, start, count)))
+          << site.name << " [" << start << ", +" << count << ")";
+    }
+  }
   at::Tensor ids = at::randint(0, kVocab, {1, 19}, at::kLong);
   at::NoGradGuard ng;
   double err = rel_err(logits_of(*loaded, ids, positions(ids), at::zeros_like(ids)),
                        testing::deepseek_v4_reference_logits(j, want, ids));
   EXPECT_LT(err, 1e-10);
+}
+
+// A corrupted scale (the E8M0 NaN code) or a missing one is an error naming the key, not
+// numbers read as if nothing were wrong.
+TEST(DeepseekV4, ReleasedCheckpointWithABadScaleIsAClearError) {
+  std::map<std::string, at::Tensor> want;
+  auto expect = [&](const std::string& name, const std::string& key,
+                    const std::function<void(std::vector<testing::RawTensor>&)>& corrupt) {
+    const std::string dir = testing::fresh_temp_dir(name);
+    write_release(dir, &want, corrupt);
+    testing::expect_error_naming([&] { from_pretrained(dir, kF64); }, key);
+  };
+  auto find = [](std::vector<testing::RawTensor>& disk, const std::string& name) -> testing::RawTensor& {
+    for (auto& r : disk)
+      if (r.name == name) return r;
+    throw std::runtime_error("no tensor " + name);
+  };
+  expect("dsv4_nan_fp4_scale", "model.layers.1.mlp.experts.3.up_proj.weight", [&](auto& disk) {
+    find(disk, "layers.1.ffn.experts.3.w3.scale").t[0][0] = 0xFF;
+  });
+  expect("dsv4_nan_fp8_scale", "model.layers.2.self_attn.q_a_proj.weight", [&](auto& disk) {
+    find(disk, "layers.2.attn.wq_a.scale").t[0][0] = 0xFF;
+  });
+  expect("dsv4_no_fp8_scale", "model.layers.0.self_attn.o_b_proj.weight", [&](auto& disk) {
+    disk.erase(std::remove_if(disk.begin(), disk.end(), [](const auto& r) { return r.name == "layers.0.attn.wo_b.scale"; }),
+               disk.end());
+  });
 }
 
 // The PEFT names of a compressed sparse layer's adapted linears (family_test pins the
