@@ -142,6 +142,39 @@ void validate_hybrid_layers(const ModelConfig& c, const std::string& where) {
                 "' is not supported (expected full_attention or linear_attention)");
 }
 
+json rope_scaling_json(const ModelConfig::RopeScaling& r) {
+  if (r.type.empty()) return nullptr;
+  json rs = {{"type", r.type},
+             {"rope_type", r.type},
+             {"factor", r.factor},
+             {"original_max_position_embeddings", r.original_max_position_embeddings},
+             {"beta_fast", r.beta_fast},
+             {"beta_slow", r.beta_slow}};
+  if (r.mscale != 0) rs["mscale"] = r.mscale;
+  if (r.mscale_all_dim != 0) rs["mscale_all_dim"] = r.mscale_all_dim;
+  if (r.attention_factor > 0) rs["attention_factor"] = r.attention_factor;
+  if (!r.truncate) rs["truncate"] = false;
+  return rs;
+}
+
+void read_fp8_quantization(const json& q, const std::string& where) {
+  GLINT_CHECK(q.is_object(), where, ": must be an object, got ", q.dump());
+  std::string method;
+  read(q, where, "quant_method", &method, true);
+  GLINT_CHECK(method == "fp8", where, ": quant_method '", method, "' is not supported (expected fp8)");
+  std::string fmt = "e4m3";
+  read(q, where, "fmt", &fmt);
+  GLINT_CHECK(fmt == "e4m3", where, ": fmt '", fmt, "' is not supported (expected e4m3)");
+  std::string scale_fmt = "float32";
+  read(q, where, "scale_fmt", &scale_fmt);
+  GLINT_CHECK(scale_fmt == "ue8m0" || scale_fmt == "float32", where, ": scale_fmt '", scale_fmt,
+              "' is not supported (expected ue8m0 or float32)");
+  std::vector<int64_t> block = {128, 128};
+  read(q, where, "weight_block_size", &block);
+  GLINT_CHECK(block == std::vector<int64_t>({128, 128}), where, ": weight_block_size ", json(block).dump(),
+              " is not supported (expected [128, 128])");
+}
+
 void validate_common(const ModelConfig& c, const std::string& where) {
   auto positive = [&](const char* name, int64_t v) {
     GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);

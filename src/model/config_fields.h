@@ -64,6 +64,12 @@ void read_hybrid_layer_types(const nlohmann::json& j, const std::string& where, 
 // sizes (value heads a multiple of key heads), an even, nonzero number of rotary dims, and
 // one known kind per layer in layer_types.
 void validate_hybrid_layers(const ModelConfig& c, const std::string& where);
+// The RoPE scaling as config.json's "rope_scaling" holds it: null when there is none.
+nlohmann::json rope_scaling_json(const ModelConfig::RopeScaling& r);
+// A "quantization_config" of the FP8 form the weight map dequantises (DeepSeek-V3, -V4):
+// quant_method fp8, fmt e4m3, scale_fmt ue8m0 or float32, weight_block_size [128, 128].
+// Anything else is refused by name.
+void read_fp8_quantization(const nlohmann::json& q, const std::string& where);
 // The checks every family shares: positive sizes, heads dividing, eps, activation.
 void validate_common(const ModelConfig& c, const std::string& where);
 // The fields of read_common as config.json holds them.

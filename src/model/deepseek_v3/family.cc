@@ -64,7 +64,7 @@ class DeepseekV3Family : public ModelFamily {
     cf::read(j, where, "scoring_func", &scoring);
     GLINT_CHECK(scoring == "sigmoid", where, ": scoring_func '", scoring, "' is not supported (expected sigmoid)");
     auto quant = j.find("quantization_config");
-    if (quant != j.end() && !quant->is_null()) read_quantization(*quant, where + " (quantization_config)");
+    if (quant != j.end() && !quant->is_null()) cf::read_fp8_quantization(*quant, where + " (quantization_config)");
     c.head_dim = c.qk_rope_head_dim;  // as transformers sets it: the RoPE width
     c.scoring_func = "sigmoid";
     c.router_correction_bias = true;
@@ -94,22 +94,7 @@ class DeepseekV3Family : public ModelFamily {
     j["rope_interleave"] = c.rope_interleave;
     j["scoring_func"] = "sigmoid";
     j["topk_method"] = "noaux_tc";
-    const auto& r = c.rope_scaling;
-    if (r.type.empty()) {
-      j["rope_scaling"] = nullptr;
-    } else {
-      json rs = {{"type", r.type},
-                 {"rope_type", r.type},
-                 {"factor", r.factor},
-                 {"original_max_position_embeddings", r.original_max_position_embeddings},
-                 {"beta_fast", r.beta_fast},
-                 {"beta_slow", r.beta_slow}};
-      if (r.mscale != 0) rs["mscale"] = r.mscale;
-      if (r.mscale_all_dim != 0) rs["mscale_all_dim"] = r.mscale_all_dim;
-      if (r.attention_factor > 0) rs["attention_factor"] = r.attention_factor;
-      if (!r.truncate) rs["truncate"] = false;
-      j["rope_scaling"] = rs;
-    }
+    j["rope_scaling"] = cf::rope_scaling_json(c.rope_scaling);
     return j;
   }
 
@@ -192,22 +177,6 @@ class DeepseekV3Family : public ModelFamily {
   std::vector<std::string> lora_targets() const override {
     return {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
             "gate_proj", "up_proj", "down_proj", "experts.gate_up_proj", "experts.down_proj"};
-  }
-
- private:
-  // Only the FP8 form this loader dequantises: e4m3 with 128x128 blocks.
-  static void read_quantization(const json& q, const std::string& where) {
-    GLINT_CHECK(q.is_object(), where, ": must be an object, got ", q.dump());
-    std::string method;
-    cf::read(q, where, "quant_method", &method, true);
-    GLINT_CHECK(method == "fp8", where, ": quant_method '", method, "' is not supported (expected fp8)");
-    std::string fmt = "e4m3";
-    cf::read(q, where, "fmt", &fmt);
-    GLINT_CHECK(fmt == "e4m3", where, ": fmt '", fmt, "' is not supported (expected e4m3)");
-    std::vector<int64_t> block = {128, 128};
-    cf::read(q, where, "weight_block_size", &block);
-    GLINT_CHECK(block == std::vector<int64_t>({128, 128}), where, ": weight_block_size ",
-                json(block).dump(), " is not supported (expected [128, 128])");
   }
 };
 

@@ -132,7 +132,7 @@ class DeepseekV4Family : public ModelFamily {
     read_rope(j, where, &c);
     c.qk_rope_head_dim = rope_dims(c);  // the attention's rotary width
     auto quant = j.find("quantization_config");
-    if (quant != j.end() && !quant->is_null()) read_quantization(*quant, where + " (quantization_config)");
+    if (quant != j.end() && !quant->is_null()) cf::read_fp8_quantization(*quant, where + " (quantization_config)");
     validate(c, where);
     return c;
   }
@@ -166,22 +166,7 @@ class DeepseekV4Family : public ModelFamily {
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["qk_rope_head_dim"] = rope_dims(c);
     j["compress_rope_theta"] = c.compress_rope_theta;
-    const auto& r = c.rope_scaling;
-    if (r.type.empty()) {
-      j["rope_scaling"] = nullptr;
-    } else {
-      json rs = {{"type", r.type},
-                 {"rope_type", r.type},
-                 {"factor", r.factor},
-                 {"original_max_position_embeddings", r.original_max_position_embeddings},
-                 {"beta_fast", r.beta_fast},
-                 {"beta_slow", r.beta_slow},
-                 {"attention_factor", r.attention_factor}};
-      if (r.mscale != 0) rs["mscale"] = r.mscale;
-      if (r.mscale_all_dim != 0) rs["mscale_all_dim"] = r.mscale_all_dim;
-      if (!r.truncate) rs["truncate"] = false;
-      j["rope_scaling"] = rs;
-    }
+    j["rope_scaling"] = cf::rope_scaling_json(c.rope_scaling);
     return j;
   }
 
@@ -454,25 +439,6 @@ class DeepseekV4Family : public ModelFamily {
     return s;
   }
 
-  // The FP8 form of the release: e4m3 weights with E8M0 (ue8m0) or float32 scales per
-  // 128x128 block; routed experts may be FP4 (read by their own E8M0 scales).
-  static void read_quantization(const json& q, const std::string& where) {
-    GLINT_CHECK(q.is_object(), where, ": must be an object, got ", q.dump());
-    std::string method;
-    cf::read(q, where, "quant_method", &method, true);
-    GLINT_CHECK(method == "fp8", where, ": quant_method '", method, "' is not supported (expected fp8)");
-    std::string fmt = "e4m3";
-    cf::read(q, where, "fmt", &fmt);
-    GLINT_CHECK(fmt == "e4m3", where, ": fmt '", fmt, "' is not supported (expected e4m3)");
-    std::string scale_fmt = "ue8m0";
-    cf::read(q, where, "scale_fmt", &scale_fmt);
-    GLINT_CHECK(scale_fmt == "ue8m0" || scale_fmt == "float32", where, ": scale_fmt '", scale_fmt,
-                "' is not supported (expected ue8m0)");
-    std::vector<int64_t> block = {128, 128};
-    cf::read(q, where, "weight_block_size", &block);
-    GLINT_CHECK(block == std::vector<int64_t>({128, 128}), where, ": weight_block_size ",
-                json(block).dump(), " is not supported (expected [128, 128])");
-  }
 };
 
 }  // namespace
