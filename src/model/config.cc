@@ -142,6 +142,22 @@ void validate_hybrid_layers(const ModelConfig& c, const std::string& where) {
                 "' is not supported (expected full_attention or linear_attention)");
 }
 
+void hybrid_json(const ModelConfig& c, json* j) {
+  json& o = *j;
+  o["layer_types"] = c.layer_types;
+  o["linear_num_key_heads"] = c.linear_num_key_heads;
+  o["linear_num_value_heads"] = c.linear_num_value_heads;
+  o["linear_key_head_dim"] = c.linear_key_head_dim;
+  o["linear_value_head_dim"] = c.linear_value_head_dim;
+  o["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+  o["num_experts"] = c.num_experts;
+  o["num_experts_per_tok"] = c.num_experts_per_tok;
+  o["moe_intermediate_size"] = c.moe_intermediate_size;
+  o["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  o["output_router_logits"] = c.output_router_logits;
+  o["router_aux_loss_coef"] = c.router_aux_loss_coef;
+}
+
 json rope_scaling_json(const ModelConfig::RopeScaling& r) {
   if (r.type.empty()) return nullptr;
   json rs = {{"type", r.type},

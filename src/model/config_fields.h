@@ -60,6 +60,10 @@ void read_partial_rope(const nlohmann::json& j, const std::string& where, const 
 // remapped), else layer l is full attention iff (l + 1) % full_attention_interval == 0
 // (default 4). Needs c->num_hidden_layers; the kinds and their count are the family's to check.
 void read_hybrid_layer_types(const nlohmann::json& j, const std::string& where, ModelConfig* c);
+// The fields read_hybrid_layer_types and the hybrid families read, as config.json holds
+// them: layer_types, the Gated DeltaNet sizes, the experts, the shared expert's width and
+// the router loss settings.
+void hybrid_json(const ModelConfig& c, nlohmann::json* j);
 // The checks of the hybrid layers (Qwen3.5-MoE, Qwen3-Next): head_dim, the Gated DeltaNet
 // sizes (value heads a multiple of key heads), an even, nonzero number of rotary dims, and
 // one known kind per layer in layer_types.

@@ -77,18 +77,7 @@ class Qwen3_5Family : public ModelFamily {
     j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta},
                             {"partial_rotary_factor", c.partial_rotary_factor}};
     j.erase("rope_theta");
-    j["layer_types"] = c.layer_types;
-    j["linear_num_key_heads"] = c.linear_num_key_heads;
-    j["linear_num_value_heads"] = c.linear_num_value_heads;
-    j["linear_key_head_dim"] = c.linear_key_head_dim;
-    j["linear_value_head_dim"] = c.linear_value_head_dim;
-    j["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
-    j["num_experts"] = c.num_experts;
-    j["num_experts_per_tok"] = c.num_experts_per_tok;
-    j["moe_intermediate_size"] = c.moe_intermediate_size;
-    j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
-    j["output_router_logits"] = c.output_router_logits;
-    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    cf::hybrid_json(c, &j);
     return j;
   }
 

@@ -73,21 +73,10 @@ class Qwen3NextFamily : public ModelFamily {
     j["intermediate_size"] = c.intermediate_size;
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["rope_scaling"] = nullptr;
-    j["layer_types"] = c.layer_types;
-    j["linear_num_key_heads"] = c.linear_num_key_heads;
-    j["linear_num_value_heads"] = c.linear_num_value_heads;
-    j["linear_key_head_dim"] = c.linear_key_head_dim;
-    j["linear_value_head_dim"] = c.linear_value_head_dim;
-    j["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
-    j["num_experts"] = c.num_experts;
-    j["num_experts_per_tok"] = c.num_experts_per_tok;
-    j["moe_intermediate_size"] = c.moe_intermediate_size;
-    j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    cf::hybrid_json(c, &j);
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["decoder_sparse_step"] = c.decoder_sparse_step;
     j["mlp_only_layers"] = c.mlp_only_layers;
-    j["output_router_logits"] = c.output_router_logits;
-    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
     return j;
   }
 
