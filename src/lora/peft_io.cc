@@ -151,6 +151,23 @@ void save_adapter(const std::string& dir, LoraModel& lora, const std::string& ba
 
 LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
   LoraOptions o = lora_options_from_adapter_config(dir + "/" + kConfigFile);
+  // The router biases are checked before anything changes: a bad file leaves the model as it was.
+  std::vector<std::pair<at::Tensor, at::Tensor>> biases;  // (the model's buffer, its saved value)
+  const std::string bpath = dir + "/" + kRouterBiasesFile;
+  if (path_exists(bpath)) {
+    SafetensorsFile file(bpath);
+    std::set<std::string> known;
+    for (auto& [name, bias] : router_biases(model)) {
+      known.insert(name);
+      GLINT_CHECK(file.contains(name), bpath, ": missing key '", name, "'");
+      at::Tensor t = file.read(name);
+      GLINT_CHECK(t.sizes() == bias.sizes(), bpath, ": key '", name, "' has shape ", t.sizes(), ", expected ",
+                  bias.sizes());
+      biases.emplace_back(bias, t);
+    }
+    for (const auto& key : file.keys())
+      GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
+  }
   LoraModel lora = apply_lora(model, o, /*seed=*/0);
   std::string wpath = dir + "/" + kWeightsFile;
   SafetensorsFile file(wpath);
@@ -183,6 +200,7 @@ LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
   for (const auto& key : file.keys())
     GLINT_CHECK(used.count(key), wpath, ": unexpected key '", key,
                 "' (not a LoRA site of this model with this adapter_config.json)");
+  for (auto& [bias, value] : biases) bias.copy_(value);
   return lora;
 }
 

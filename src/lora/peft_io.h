@@ -47,9 +47,15 @@ LoraOptions lora_options_from_adapter_config(const std::string& path);
 void save_adapter(const std::string& dir, LoraModel& lora,
                   const std::string& base_model_name_or_path);
 
+// Router correction biases moved by aux-loss-free balancing during training are saved
+// beside the adapter in this file, under their Hub names: they belong to the adapter,
+// since the base model's routers route differently without them.
+inline constexpr const char* kRouterBiasesFile = "router_biases.safetensors";
+
 // Attaches the adapter stored in `dir` to `model` (replacing nothing: the model must have
-// no adapters). Missing, unexpected or wrongly shaped keys throw glint::Error naming
-// the file and the key.
+// no adapters), and copies dir/router_biases.safetensors over the model's router biases
+// when the adapter has one. Missing, unexpected or wrongly shaped keys throw glint::Error
+// naming the file and the key.
 LoraModel load_adapter(const std::string& dir, CausalLMImpl& model);
 
 }  // namespace glint

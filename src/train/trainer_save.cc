@@ -65,7 +65,7 @@ void Trainer::save() {
   // Balancing moved the base model's router biases: saved beside the adapter under
   // their Hub names, to be loaded over the base model's.
   if (opt_.router_bias_update_rate > 0 && comm_->rank() == 0)
-    write_safetensors(opt_.output + "/adapter/router_biases.safetensors", router_biases(*model_));
+    write_safetensors(opt_.output + "/adapter/" + kRouterBiasesFile, router_biases(*model_));
 }
 
 void Trainer::save_lora(LoraModel& lora, const std::string& dir) {

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
+#include "model/family.h"
 
 #include "lora_test_util.h"
 #include "test_util.h"
@@ -120,6 +121,44 @@ TEST(Peft, SaveLoadRoundTripIsExact) {
   glint::testing::expect_same_adapters(lora, loaded);
   EXPECT_DOUBLE_EQ(loaded.options.scale(), 7.0 / std::sqrt(3.0));
   EXPECT_TRUE(at::equal(glint::testing::logits_of(*m), glint::testing::logits_of(*fresh)));
+}
+
+// Router biases moved by balancing travel with the adapter: load_adapter puts them back
+// over the base model's, and a file with a wrong key or shape is refused by name.
+TEST(Peft, RouterBiasesBesideTheAdapterAreLoaded) {
+  ModelConfig c = family_for("deepseek_v3", "test").tiny(64);
+  CausalLM trained(c, kF32);
+  init_weights(*trained, 2);
+  LoraOptions o;
+  o.r = 2;
+  o.alpha = 4;
+  LoraModel lora = randomized_lora(*trained, o);
+  std::vector<std::pair<std::string, at::Tensor>> biases = router_biases(*trained);
+  ASSERT_FALSE(biases.empty());
+  {
+    at::NoGradGuard ng;
+    for (auto& [name, b] : biases) b.copy_(at::randn(b.sizes()));
+  }
+  std::string d = temp_dir("router_biases");
+  save_adapter(d, lora, "base");
+  write_safetensors(d + "/" + kRouterBiasesFile, biases);
+
+  CausalLM fresh(c, kF32);
+  init_weights(*fresh, 2);
+  std::vector<std::pair<std::string, at::Tensor>> before = router_biases(*fresh);
+  EXPECT_FALSE(at::equal(before[0].second, biases[0].second));
+  LoraModel loaded = load_adapter(d, *fresh);
+  std::vector<std::pair<std::string, at::Tensor>> after = router_biases(*fresh);
+  ASSERT_EQ(after.size(), biases.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i].second, biases[i].second)) << after[i].first;
+  EXPECT_TRUE(at::equal(glint::testing::logits_of(*trained), glint::testing::logits_of(*fresh)));
+
+  std::vector<std::pair<std::string, at::Tensor>> wrong = biases;
+  wrong[0].second = at::zeros({wrong[0].second.size(0) + 1});
+  write_safetensors(d + "/" + kRouterBiasesFile, wrong);
+  CausalLM third(c, kF32);
+  for (std::string word : {std::string(kRouterBiasesFile), wrong[0].first, std::string("shape")})
+    glint::testing::expect_error_naming([&] { load_adapter(d, *third); }, word);
 }
 
 // Under expert parallelism a rank holds experts [first, first + n); loading the (whole)
