@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -13,6 +15,10 @@ namespace glint::cli {
 using Action = std::function<int()>;
 
 Action add_train(CLI::App& app);
+// The arguments of `glint train` (after its name) with `--resume PATH` and no --config:
+// the resumed run's config.toml goes first, so the run continues with its own settings
+// and the command line's flags override them.
+std::vector<std::string> with_resumed_config(const std::vector<std::string>& args);
 Action add_init_model(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_launch(CLI::App& app);

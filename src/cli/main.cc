@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "train") {
       std::vector<std::string> sub(args.begin() + 1, args.end());
-      sub = glint::cli::expand_config_file(sub, *app.get_subcommand("train"));
+      sub = glint::cli::expand_config_file(glint::cli::with_resumed_config(sub), *app.get_subcommand("train"));
       args.resize(1);
       args.insert(args.end(), sub.begin(), sub.end());
     }

@@ -1,6 +1,7 @@
 // glint train: LoRA or full fine-tuning; flags or a TOML file (--config) set the options.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
+#include "train/checkpoint.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
 
@@ -90,10 +92,68 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--device", o->device, "auto (cuda:LOCAL_RANK when a GPU is present, else cpu), cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
   cmd->add_option("--log-every", o->log_every, "readable line every N steps")->capture_default_str();
-  cmd->add_option("--eval-every", o->eval_every, "built-in task: eval every N steps")->capture_default_str();
+  cmd->add_option("--eval-every", o->eval_every,
+                  "evaluate every N steps and at the end (0: at the end only): --eval-data's loss, tenants' eval=, "
+                  "the built-in task's exact match")->capture_default_str();
   cmd->add_option("--eval-samples", o->eval_samples, "built-in task: held-out samples")->capture_default_str();
+  cmd->add_option("--eval-data", o->eval_data,
+                  "validation JSONL (any form --data takes): its label-token mean loss over all ranks is logged as "
+                  "eval_loss");
+  cmd->add_option("--eval-batches", o->eval_batches,
+                  "batches of --batch-size sequences per evaluation (0: the whole --eval-data)")->capture_default_str();
+  cmd->add_option("--init-adapter", o->init_adapter,
+                  "start from this PEFT adapter directory (glint's or PEFT's): its rank, alpha and targets replace "
+                  "--lora-*");
+  cmd->add_option("--save-every", o->save_every,
+                  "write a checkpoint to OUT/checkpoints/step-N every N steps and at the end (0: none); a stop "
+                  "signal (SIGTERM, SIGINT) always writes one")->capture_default_str();
+  cmd->add_option("--stop-after", o->stop_after,
+                  "after step N, save a checkpoint and exit 0 as a stop signal does (a job in a time-limited "
+                  "slot; --resume continues it)")->capture_default_str();
+  cmd->add_option("--keep-last", o->keep_last, "checkpoints to keep, the newest (0: all)")->capture_default_str();
   cmd->add_option("--dump-gradients", o->dump_gradients,
                   "write every step's reduced gradients to DIR/step_<k>.safetensors (for checks)");
+}
+
+namespace {
+
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) || std::filesystem::path(a).lexically_normal() ==
+                                                      std::filesystem::path(b).lexically_normal();
+}
+
+// Resuming from a checkpoint older than the run's newest would write over the newer ones.
+std::string later_checkpoints_problem(const CheckpointDir& ckpt) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt.run_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    char* end = nullptr;
+    long long step = std::strtoll(name.c_str() + 5, &end, 10);
+    if (end && *end == '\0' && step > ckpt.step())
+      return "--resume " + ckpt.dir + ": " + ckpt.run_dir + " holds a later checkpoint (" + name +
+             ") that continuing there would overwrite; give --output NEWDIR to branch from step " +
+             std::to_string(ckpt.step()) + ", or resume from " + ckpt.run_dir + " (its latest)";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> with_resumed_config(const std::vector<std::string>& args) {
+  std::string resume;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config" || args[i].rfind("--config=", 0) == 0) return args;  // the user's own
+    if (args[i] == "--resume" && i + 1 < args.size()) resume = args[i + 1];
+    if (args[i].rfind("--resume=", 0) == 0) resume = args[i].substr(9);
+  }
+  if (resume.empty()) return args;
+  const std::string config = find_checkpoint(resume).run_dir + "/config.toml";
+  if (!path_exists(config)) return args;
+  std::vector<std::string> out = {"--config", config};
+  out.insert(out.end(), args.begin(), args.end());
+  return out;
 }
 
 Action add_train(CLI::App& app) {
@@ -106,6 +166,10 @@ Action add_train(CLI::App& app) {
   cmd->add_option("--config", "TOML file with the same options (flag names without --)")
       ->configurable(false);
   add_train_flags(cmd, opts.get(), targets.get());
+  cmd->add_option("--resume", opts->resume,
+                  "continue a run from its latest checkpoint (a run directory) or from a checkpoint directory: with "
+                  "the run's config.toml unless --config is given (flags still override), into the same run "
+                  "directory unless --output names a new one; another mesh (-n, --ep, --fsdp) is fine");
   auto overwrite = std::make_shared<bool>(false);
   cmd->add_flag("--overwrite", *overwrite, "write into --output even when it holds an earlier run's files");
   auto tenants = std::make_shared<std::vector<std::string>>();
@@ -143,8 +207,19 @@ Action add_train(CLI::App& app) {
     // may write there; every rank learns both, so a refusal ends them all before any work.
     std::string problem;
     if (lead) {
-      if (opts->output.empty()) opts->output = new_run_dir();
-      problem = run_dir_problem(opts->output, *overwrite);
+      if (!opts->resume.empty()) {
+        // The run goes on in its own directory, or branches into a new one (--output).
+        CheckpointDir ckpt = find_checkpoint(opts->resume);
+        if (opts->output.empty() || same_directory(opts->output, ckpt.run_dir)) {
+          opts->output = ckpt.run_dir;
+          problem = later_checkpoints_problem(ckpt);
+        } else {
+          problem = run_dir_problem(opts->output, *overwrite);
+        }
+      } else {
+        if (opts->output.empty()) opts->output = new_run_dir();
+        problem = run_dir_problem(opts->output, *overwrite);
+      }
     }
     opts->output = comm->broadcast_text(opts->output, 0);
     problem = comm->broadcast_text(problem, 0);
@@ -164,12 +239,14 @@ Action add_train(CLI::App& app) {
       std::string config = cmd->config_to_str(true, false), kept;
       std::istringstream lines(config);
       for (std::string line; std::getline(lines, line);)
-        if (line.rfind("output=", 0) != 0 && line.rfind("overwrite=", 0) != 0) kept += line + "\n";
+        if (line.rfind("output=", 0) != 0 && line.rfind("overwrite=", 0) != 0 && line.rfind("resume=", 0) != 0)
+          kept += line + "\n";
       write_text_atomic(opts->output + "/config.toml",
                         "# glint train, written to " + opts->output + " (--config repeats it into a new directory)\n" +
                             kept);
     }
     trainer.run();
+    if (trainer.stopped()) return 0;  // the trainer said where its checkpoint is and how to resume
     std::string saved = opts->full ? opts->output + "/model" : opts->output + "/adapter";
     if (!opts->tenants.empty()) saved = opts->output + "/<tenant>/adapter for " + std::to_string(opts->tenants.size()) + " tenants";
     if (lead) std::cerr << "saved " << saved

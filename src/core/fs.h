@@ -25,4 +25,9 @@ void make_dirs(const std::string& path);
 
 bool path_exists(const std::string& path);
 
+// A 64-bit checksum of the file's bytes, as 16 hex digits: it detects corruption (a
+// flipped bit, a truncated or swapped file), it is no cryptographic hash. Reads the file
+// in 1 MiB blocks. Throws glint::Error naming the path when it cannot be read.
+std::string file_checksum(const std::string& path);
+
 }  // namespace glint

@@ -31,6 +31,14 @@ void EpochSampler::start_epoch() {
   }
 }
 
+void EpochSampler::restore(Position p) {
+  GLINT_CHECK(p.epoch >= 0 && p.drawn <= size_, "sampler position epoch ", p.epoch, ", ", p.drawn,
+              " drawn is outside a dataset of ", size_, " samples");
+  epoch_ = p.epoch - 1;
+  start_epoch();
+  pos_ = p.drawn;
+}
+
 std::vector<size_t> EpochSampler::next(size_t count) {
   std::vector<size_t> out;
   out.reserve(count);

@@ -18,6 +18,15 @@ class EpochSampler {
   std::vector<size_t> next(size_t count);
   // The epoch of the last index returned (0 before any).
   int64_t epoch() const { return epoch_; }
+  // Where the sampler stands: the epoch and the indices of it drawn so far. restore()
+  // puts a sampler of the same size and seed back there (throws glint::Error for a
+  // position outside its dataset).
+  struct Position {
+    int64_t epoch = 0;
+    size_t drawn = 0;
+  };
+  Position position() const { return {epoch_, pos_}; }
+  void restore(Position p);
 
  private:
   void start_epoch();

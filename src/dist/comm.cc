@@ -492,4 +492,28 @@ std::string Comm::broadcast_text(const std::string& text, int root) {
   return out;
 }
 
+void run_collectively(Comm& comm, const std::function<void()>& f) {
+  std::string error;
+  try {
+    f();
+  } catch (const std::exception& e) {  // any failure: the other ranks must hear of it
+    error = e.what();
+    if (error.empty()) error = "failed";
+  }
+  if (comm.size() == 1) {
+    if (!error.empty()) fail(error);
+    return;
+  }
+  at::Tensor failed = at::zeros({comm.size()}, at::kLong);
+  if (!error.empty()) failed[comm.rank()] = 1;
+  comm.all_reduce_sum(failed);
+  int first = -1;
+  for (int r = 0; r < comm.size() && first < 0; ++r)
+    if (failed[r].item<int64_t>() != 0) first = r;
+  if (first < 0) return;
+  std::string message = comm.broadcast_text(error.substr(0, 60000), first);
+  if (!error.empty()) fail(error);
+  fail("rank ", first, ": ", message);
+}
+
 }  // namespace glint

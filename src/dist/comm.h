@@ -10,6 +10,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,5 +94,12 @@ class Comm {
  private:
   std::map<std::string, uint64_t> bytes_;
 };
+
+// Every rank of `comm` calls it: runs `f` here, then learns whether `f` succeeded on every
+// rank. When it threw anywhere, every rank throws glint::Error with the message of the
+// lowest failing rank (prefixed with "rank R: " on the ranks where it did not fail), so a
+// rank's failure (a full disk, a bad file) ends all of them at once instead of leaving
+// them waiting in the next collective.
+void run_collectively(Comm& comm, const std::function<void()>& f);
 
 }  // namespace glint

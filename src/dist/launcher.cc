@@ -21,8 +21,11 @@ namespace glint {
 
 namespace {
 
-volatile sig_atomic_t g_stop_signal = 0;
-void on_signal(int sig) { g_stop_signal = sig; }
+volatile sig_atomic_t g_stop_signal = 0, g_stop_count = 0;
+void on_signal(int sig) {
+  g_stop_signal = sig;
+  g_stop_count = g_stop_count + 1;
+}
 
 struct Rank {
   pid_t pid = -1;
@@ -109,6 +112,7 @@ int launch(const LaunchOptions& o) {
   bool stopping = false;
   auto stop_started = std::chrono::steady_clock::now();
   bool killed = false;
+  sig_atomic_t forwarded = 0;  // stop signals passed on so far
   auto stop_all = [&](int sig) {
     for (auto& rk : ranks)
       if (!rk.exited) ::kill(rk.pid, sig);
@@ -157,12 +161,22 @@ int launch(const LaunchOptions& o) {
         }
       }
     }
-    if (g_stop_signal && !stopping) {
-      std::fprintf(stderr, "glint launch: received signal %d, stopping all ranks\n", int(g_stop_signal));
-      if (failed_rank < 0) {
-        failed_rank = -2;
-        failed_status = 128 + g_stop_signal;
+    // A stop signal goes to every rank, which finish their step, save and exit 0 (glint
+    // train); a second one kills them at once.
+    if (g_stop_count > forwarded && !killed) {
+      if (forwarded == 0) {
+        std::fprintf(stderr, "glint launch: received signal %d, passing it to all ranks\n", int(g_stop_signal));
+        stop_all(g_stop_signal);
+      } else {
+        std::fprintf(stderr, "glint launch: second signal %d, killing all ranks\n", int(g_stop_signal));
+        stop_all(SIGKILL);
+        killed = true;
+        if (failed_rank < 0) {
+          failed_rank = -2;
+          failed_status = 128 + g_stop_signal;
+        }
       }
+      forwarded = g_stop_count;
     }
     if ((failed_rank != -1) && !stopping) {
       stopping = true;

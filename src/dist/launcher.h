@@ -18,7 +18,9 @@ struct LaunchOptions {
 
 // Runs the job to completion. Returns 0 when every rank exits 0; otherwise stops the
 // remaining ranks, prints which rank failed first and how, and returns non-zero
-// (that rank's exit status, or 128 + signal).
+// (that rank's exit status, or 128 + signal). SIGTERM or SIGINT to the launcher is passed
+// to every rank (glint train then saves a checkpoint and exits 0); a second one kills
+// them all at once and returns 128 + signal.
 int launch(const LaunchOptions& options);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.

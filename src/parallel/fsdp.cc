@@ -104,6 +104,14 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
         if (part.padded > part.numel) full = at::cat({full, at::zeros({part.padded - part.numel}, options)});
         shard = full.narrow(0, lo, n).clone();
       }
+      std::vector<ShardSpan> spans;
+      for (size_t i = 0, off = 0; i < part.params.size(); off += part.params[i].numel(), ++i) {
+        const int64_t numel = part.params[i].numel(), a = std::max(lo, int64_t(off)), b = std::min(hi, int64_t(off) + numel);
+        if (a >= b) continue;
+        auto [full_shape, base] = checkpoint_extent(model, part.sites[i], part.shapes[i]);
+        spans.push_back({part.sites[i].name, full_shape, base + a - int64_t(off), a - lo, b - a});
+      }
+      spans_.push_back(std::move(spans));
       part.shard = shards_.size();
       shards_.push_back(shard.requires_grad_(trainable_base_));
       shard_is_expert_.push_back(expert_comm && part.comm == expert_comm);

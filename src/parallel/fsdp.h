@@ -76,6 +76,17 @@ class FsdpRunner : public RecomputeRunner {
   const std::vector<at::Tensor>& shards() const { return shards_; }
   // Whether shards()[i] holds expert parameters (reduced over the expert group).
   bool is_expert_shard(size_t i) const { return shard_is_expert_.at(i); }
+  // Where shards()[i]'s elements lie in the model's parameters: one span per parameter it
+  // overlaps, padding left out. full_shape and full_offset place the span in the whole
+  // tensor of that name (every expert), so a checkpoint written on one mesh reads on another.
+  struct ShardSpan {
+    std::string name;
+    std::vector<int64_t> full_shape;
+    int64_t full_offset = 0;   // flat, in the whole tensor
+    int64_t shard_offset = 0;  // in the shard
+    int64_t count = 0;
+  };
+  const std::vector<ShardSpan>& shard_spans(size_t i) const { return spans_.at(i); }
 
   // Collective: puts unit u's full weights back into its parameters (gather), or frees
   // them again (release). Used around a layer's compute and to export the model. A
@@ -102,6 +113,7 @@ class FsdpRunner : public RecomputeRunner {
   std::vector<std::shared_ptr<Unit>> units_;
   std::vector<at::Tensor> shards_;
   std::vector<bool> shard_is_expert_;
+  std::vector<std::vector<ShardSpan>> spans_;  // per shard
   std::vector<std::vector<at::Tensor>> adapters_;
 };
 

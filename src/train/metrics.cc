@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 namespace glint {
 
@@ -19,9 +21,28 @@ double peak_rss_mb() {
   return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   GLINT_CHECK(f_, path, ": cannot open for writing (", std::strerror(errno), ")");
+}
+
+int64_t drop_records_after(const std::string& path, const std::string& key, int64_t max) {
+  if (!path_exists(path)) return 0;
+  std::istringstream in(read_file(path));
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // A line cut short by a crash is not a record: dropped as well.
+    if (rec.is_discarded() || (rec.contains(key) && rec[key].is_number() && rec[key].get<int64_t>() > max)) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped > 0) write_text_atomic(path, kept);
+  return dropped;
 }
 
 MetricsWriter::~MetricsWriter() {

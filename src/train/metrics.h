@@ -14,7 +14,8 @@ double peak_rss_mb();
 // Appends one JSON object per line to a file; each line is flushed as it is written.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // truncates an existing file
+  // Truncates an existing file, or appends to it with `append` (a resumed run).
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   void write(const nlohmann::json& record);
 
@@ -22,6 +23,11 @@ class MetricsWriter {
   std::string path_;
   std::FILE* f_ = nullptr;
 };
+
+// A resumed run drops the records its checkpoint does not hold: rewrites the JSONL file
+// `path` (atomically) without the records whose `key` exceeds `max`. Returns how many it
+// dropped; 0 when the file does not exist.
+int64_t drop_records_after(const std::string& path, const std::string& key, int64_t max);
 
 // "45s", "3m12s", "2h05m", "3d04h".
 std::string format_duration(double seconds);

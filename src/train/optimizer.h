@@ -29,12 +29,15 @@ class AdamW {
   void step(double lr);
   void zero_grad();
   int64_t steps_taken() const { return step_; }
+  // A resumed run continues the bias correction from the saved count.
+  void set_steps_taken(int64_t steps) { step_ = steps; }
   const std::vector<at::Tensor>& params() const { return params_; }
   // Moment tensors, for checkpoints and tests.
   const std::vector<at::Tensor>& exp_avg() const { return m_; }
   const std::vector<at::Tensor>& exp_avg_sq() const { return v_; }
   // The float32 master of parameter i (the parameter itself when it is float32 or wider).
   const at::Tensor& master(size_t i) const { return master_[i].defined() ? master_[i] : params_[i]; }
+  bool has_master(size_t i) const { return master_[i].defined(); }
   // Bytes of the state beside the parameters: moments and masters.
   int64_t state_bytes() const;
 

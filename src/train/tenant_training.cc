@@ -42,6 +42,7 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     if (k == "name") t.adapter.name = v;
     else if (k == "data") t.data = v;
+    else if (k == "eval") t.eval_data = v;
     else if (k == "r") t.adapter.lora.r = int64_t(number(k, v)), has_r = true;
     else if (k == "alpha") t.adapter.lora.alpha = number(k, v), has_alpha = true;
     else if (k == "rslora") t.adapter.lora.use_rslora = v == "1" || v == "true";
@@ -60,7 +61,7 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
     else if (k == "beta2") t.adam.beta2 = number(k, v);
     else if (k == "eps") t.adam.eps = number(k, v);
     else fail("--tenant ", text, ": unknown key '", k,
-              "' (name, data, r, alpha, rslora, targets, lr, steps, batch, warmup, seed, wd, beta1, beta2, eps)");
+              "' (name, data, eval, r, alpha, rslora, targets, lr, steps, batch, warmup, seed, wd, beta1, beta2, eps)");
   }
   if (has_r && !has_alpha) t.adapter.lora.alpha = 2.0 * double(t.adapter.lora.r);  // the CLI's default ratio
   GLINT_CHECK(!t.adapter.name.empty(), "--tenant ", text, ": name= is required");
@@ -74,7 +75,7 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   return t;
 }
 
-void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
+void Trainer::setup_tenants(std::vector<std::vector<Sample>> data, std::vector<std::vector<Sample>> eval) {
   const int W = comm_->size();
   int64_t r_max = 0;
   for (const auto& t : opt_.tenants) r_max = std::max(r_max, t.adapter.lora.r);
@@ -89,6 +90,7 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data) {
     TenantOptions adapter = spec.adapter;
     st->slot = bank_->add(adapter);
     st->samples = std::move(data[i]);
+    st->eval_samples = std::move(eval[i]);
     report_.push_back(epoch_line("tenant " + spec.adapter.name, st->samples, spec.steps, spec.batch_size));
     st->sampler = std::make_unique<EpochSampler>(st->samples.size(), spec.seed);
     std::vector<bool> expert = bank_->adapter(st->slot).expert_parameters();

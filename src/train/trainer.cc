@@ -25,6 +25,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "lora/peft_io.h"
 #include "model/weights.h"
 #include "dist/mesh.h"
 #include "parallel/checkpoint.h"
@@ -67,8 +68,22 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(tenants.empty() || lora.dropout == 0,
                     "--lora-dropout does not go with --tenant (tenant adapters train without dropout)");
   GLINT_USAGE_CHECK(data.empty() || path_exists(data), "--data ", data, ": no such file");
-  for (const TenantSpec& t : tenants)
+  GLINT_USAGE_CHECK(eval_data.empty() || path_exists(eval_data), "--eval-data ", eval_data, ": no such file");
+  GLINT_USAGE_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
+  GLINT_USAGE_CHECK(eval_batches >= 0, "--eval-batches must be >= 0, got ", eval_batches);
+  GLINT_USAGE_CHECK(save_every >= 0, "--save-every must be >= 0, got ", save_every);
+  GLINT_USAGE_CHECK(stop_after >= 0, "--stop-after must be >= 0, got ", stop_after);
+  GLINT_USAGE_CHECK(keep_last >= 0, "--keep-last must be >= 0, got ", keep_last);
+  GLINT_USAGE_CHECK(init_adapter.empty() || !full, "--init-adapter starts LoRA training; it does not go with --full");
+  GLINT_USAGE_CHECK(init_adapter.empty() || tenants.empty(),
+                    "--init-adapter does not go with --tenant (each tenant starts from its own initialisation)");
+  GLINT_USAGE_CHECK(init_adapter.empty() || path_exists(init_adapter + "/adapter_config.json"), "--init-adapter ",
+                    init_adapter, ": no adapter_config.json (is this a PEFT adapter directory?)");
+  for (const TenantSpec& t : tenants) {
     GLINT_USAGE_CHECK(path_exists(t.data), "--tenant ", t.adapter.name, ": data ", t.data, ": no such file");
+    GLINT_USAGE_CHECK(t.eval_data.empty() || path_exists(t.eval_data), "--tenant ", t.adapter.name, ": eval ",
+                      t.eval_data, ": no such file");
+  }
   GLINT_USAGE_CHECK(model_dir.empty() || path_exists(model_dir + "/config.json"), "--model ", model_dir,
                     ": no config.json (is this a Hugging Face model directory?)");
   GLINT_USAGE_CHECK(tokenizer.empty() || path_exists(tokenizer + "/tokenizer.json"), "--tokenizer ", tokenizer,
@@ -184,6 +199,19 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   }
   data_.reset(new DataState{std::nullopt, collate});
   if (opt_.tenants.empty()) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
+  // Validation sets, cut to the training length.
+  auto load_eval = [&](const std::string& path) {
+    int64_t pad = data_->collate.pad_id;
+    std::vector<Sample> set = read_data(path, vocab, &pad);
+    LengthReport r = fit_to_length(&set, data_->collate.seq_len);
+    if (r.cut > 0) report_.push_back(path + ": " + r.summary());
+    GLINT_CHECK(!set.empty(), path, ": no validation sample keeps a trained token within --seq-len ",
+                data_->collate.seq_len);
+    return set;
+  };
+  if (!opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
+  std::vector<std::vector<Sample>> tenant_eval;
+  for (const TenantSpec& t : opt_.tenants) tenant_eval.push_back(t.eval_data.empty() ? std::vector<Sample>{} : load_eval(t.eval_data));
   if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
@@ -201,9 +229,17 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       if (site.expert) expert_tensor_names_.insert(site.name);
     }
   } else if (!opt_.tenants.empty()) {
-    setup_tenants(std::move(tenant_data));
+    setup_tenants(std::move(tenant_data), std::move(tenant_eval));
   } else {
-    lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
+    if (opt_.init_adapter.empty()) {
+      lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
+    } else {  // its rank, alpha and targets: training continues from it
+      lora_ = load_adapter(opt_.init_adapter, *model_);
+      opt_.lora = lora_.options;
+      report_.push_back("--init-adapter " + opt_.init_adapter + ": LoRA r=" + std::to_string(opt_.lora.r) + ", alpha " +
+                        nlohmann::json(opt_.lora.alpha).dump() + ", " + std::to_string(lora_.sites.size()) +
+                        " adapted sites; training continues from its weights");
+    }
     lora_.train(true);
     std::vector<bool> expert = lora_.expert_parameters();
     size_t i = 0;
@@ -243,6 +279,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   schedule_.total_steps = opt_.steps;
   schedule_.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
   schedule_.min_lr_ratio = opt_.min_lr_ratio;
+  // Dropout draws from the default generators: seeded per rank, saved in checkpoints.
+  at::manual_seed(opt_.seed * 1000003 + uint64_t(comm_->rank()));
+  if (!opt_.resume.empty()) resume(opt_.resume);
   plan_memory();
 }
 
@@ -491,149 +530,6 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   for (size_t i = 0; i < held_out.size(); ++i)
     correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
   return double(correct) / double(count);
-}
-
-void Trainer::run() {
-  // Rank 0 reports and writes; the other ranks train silently beside it.
-  const bool lead = comm_->rank() == 0;
-  GLINT_CHECK(!opt_.output.empty(), "the run has no output directory (TrainOptions::output)");
-  std::unique_ptr<MetricsWriter> metrics;
-  if (lead) {
-    make_dirs(opt_.output);
-    metrics = std::make_unique<MetricsWriter>(opt_.output + "/metrics.jsonl");
-  }
-  // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
-  std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
-  if (lead && bank_)
-    for (const std::string& name : bank_->list()) {
-      make_dirs(opt_.output + "/" + name);
-      tenant_metrics[name] = std::make_unique<MetricsWriter>(opt_.output + "/" + name + "/metrics.jsonl");
-    }
-  Progress progress(lead ? opt_.steps : 0);
-  auto say = [&](const std::string& line) {
-    if (lead) progress.line(line);
-  };
-  for (const std::string& line : report_) say(line);
-  say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
-      "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
-  const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
-  // Sharded layers and experts make every forward collective: then all ranks evaluate.
-  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm_);
-  char buf[512];
-  double first_acc = -1, last_acc = -1;
-  if (evaluates) {
-    first_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt_.steps).size()),
-                  0, (long long)opt_.steps, 100 * first_acc);
-    say(buf);
-  }
-  // Means over the steps since the previous line: the run's, and each tenant's.
-  struct Window {
-    double loss = 0, seconds = 0;
-    int64_t steps = 0, tokens = 0;
-  } window;
-  std::map<std::string, Window> tenant_window;
-  double first_loss = 0, last_loss = 0;
-  const int width = int(std::to_string(opt_.steps).size());
-  auto wall_time = [] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  };
-  for (int64_t s = 1; s <= opt_.steps; ++s) {
-    StepStats st = step(next_micro_batches());
-    if (s == 1) first_loss = st.loss;
-    last_loss = st.loss;
-    window.loss += st.loss;
-    window.seconds += st.seconds;
-    window.tokens += st.tokens;
-    ++window.steps;
-    for (const auto& t : st.tenants) {
-      Window& w = tenant_window[t.name];
-      w.loss += t.loss;
-      ++w.steps;
-    }
-    bool eval_now = evaluates && ((opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps);
-    if (eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    if (!lead) continue;
-    const double epoch = samples_.empty() ? 0 : double(s) * double(opt_.batch_size) / double(samples_.size());
-    nlohmann::json rec = {{"step", s},
-                          {"loss", st.loss},
-                          {"grad_norm", st.grad_norm},
-                          {"lr", st.lr},
-                          {"tokens", st.tokens},
-                          {"label_tokens", st.label_tokens},
-                          {"tokens_per_s", st.tokens / st.seconds},
-                          {"peak_rss_mb", peak_rss_mb()},
-                          {"weights_mb", double(local_weight_bytes()) / (1 << 20)},
-                          {"time", wall_time()},
-                          {"elapsed_s", progress.elapsed_seconds()}};
-    if (!bank_) rec["epoch"] = epoch;
-    if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
-    if (st.idle_experts >= 0) {
-      rec["idle_experts"] = st.idle_experts;
-      rec["expert_load_max"] = st.expert_load_max;
-    }
-    if (comm_->size() > 1) rec["ranks"] = comm_->size();
-    if (eval_now) rec["exact_match"] = last_acc;
-    // Where the step's time went (this rank's; the optimizer part includes the gradient
-    // reduction and clipping).
-    rec["forward_s"] = st.forward_seconds;
-    rec["backward_s"] = st.backward_seconds;
-    rec["optimizer_s"] = st.optimizer_seconds;
-    const compat::DeviceMemory gpu = compat::device_memory(model_->placement.device);
-    if (gpu.peak_allocated_mb >= 0) {  // on a GPU: the step's peak, and the driver calls so far
-      rec["peak_gpu_mb"] = gpu.peak_allocated_mb;
-      rec["gpu_device_allocs"] = gpu.device_allocs;
-      rec["gpu_device_frees"] = gpu.device_frees;
-      compat::reset_device_memory_peak(model_->placement.device);
-    }
-    metrics->write(rec);
-    std::map<std::string, double> tenant_epoch;
-    for (const auto& t : tenants_)
-      tenant_epoch[t->spec.adapter.name] =
-          double(t->step) * double(t->spec.batch_size) / double(std::max<size_t>(1, t->samples.size()));
-    for (const auto& t : st.tenants)
-      tenant_metrics.at(t.name)->write({{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
-                                        {"lr", t.lr}, {"label_tokens", t.label_tokens},
-                                        {"epoch", tenant_epoch[t.name]}, {"time", wall_time()},
-                                        {"elapsed_s", progress.elapsed_seconds()}});
-    std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
-    progress.update(s, buf);
-    // The first step gets a line at once: a slow step should not leave the screen blank.
-    if (s == 1 || s % opt_.log_every == 0 || s == opt_.steps || eval_now) {
-      int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld  loss%s %.4f", width, (long long)s,
-                            (long long)opt_.steps, bank_ ? " (all tenants)" : "", window.loss / double(window.steps));
-      if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
-      n += std::snprintf(buf + n, sizeof buf - n, "  %.0f tok/s", double(window.tokens) / window.seconds);
-      if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
-      n += std::snprintf(buf + n, sizeof buf - n, "  rss %.0f MB  %s", peak_rss_mb(), progress.timing(s).c_str());
-      if (eval_now)
-        std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%", 100 * last_acc);
-      say(buf);
-      // Tenant runs: one line per tenant that trained since the previous line.
-      for (const auto& t : st.tenants) {
-        Window& w = tenant_window[t.name];
-        if (w.steps == 0) continue;
-        std::snprintf(buf, sizeof buf, "  tenant %s  step %lld  loss %.4f  grad_norm %.3f  lr %.2e  epoch %.2f",
-                      t.name.c_str(), (long long)t.step, w.loss / double(w.steps), t.grad_norm, t.lr,
-                      tenant_epoch[t.name]);
-        say(buf);
-      }
-      window = Window();
-      tenant_window.clear();
-    }
-  }
-  if (!lead) {
-    save();  // collective when layers are sharded
-    return;
-  }
-  progress.finish();
-  int n = std::snprintf(buf, sizeof buf, "loss %.4f at step 1 -> %.4f at step %lld in %s", first_loss, last_loss,
-                        (long long)opt_.steps, format_duration(progress.elapsed_seconds()).c_str());
-  if (first_acc >= 0 && last_acc >= 0)
-    std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
-                  100 * last_acc);
-  say(buf);
-  save();
 }
 
 }  // namespace glint

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -23,14 +24,15 @@ namespace glint {
 struct TenantSpec {
   TenantOptions adapter;      // name, LoRA options; adapter.seed is set from `seed`
   std::string data;           // its JSONL (any form --data takes)
+  std::string eval_data;      // its validation JSONL ("" = none)
   int64_t steps = 0;          // its optimizer steps (0: --steps)
   int64_t batch_size = 0;     // its sequences per step over all ranks (0: --batch-size)
   double lr = 0;              // its peak learning rate (0: --lr)
   int64_t warmup_steps = -1;  // -1: 5% of its steps
   AdamWOptions adam;          // its AdamW betas, eps and weight decay (default: the run's)
   uint64_t seed = 0;          // data order and adapter init, as --seed does alone
-  // "name=a,r=8,alpha=16,data=a.jsonl[,rslora=1][,targets=q_proj+v_proj][,lr=..]
-  // [,steps=..][,batch=..][,warmup=..][,seed=..][,wd=..][,beta1=..][,beta2=..][,eps=..]";
+  // "name=a,r=8,alpha=16,data=a.jsonl[,eval=b.jsonl][,rslora=1][,targets=q_proj+v_proj]
+  // [,lr=..][,steps=..][,batch=..][,warmup=..][,seed=..][,wd=..][,beta1=..][,beta2=..][,eps=..]";
   // unset fields take `defaults`' values.
   // Throws glint::Error naming the spec and the bad field.
   static TenantSpec parse(const std::string& spec, const struct TrainOptions& defaults);
@@ -90,8 +92,19 @@ struct TrainOptions {
   std::string device = "auto";  // cpu, cuda (cuda:LOCAL_RANK), cuda:N; auto: a GPU if any
   int64_t threads = 0;           // intra-op threads; 0 = all cores
   int64_t log_every = 10;        // readable line every N steps
-  int64_t eval_every = 100;      // built-in task: exact-match eval every N steps (0 = end only)
-  int64_t eval_samples = 200;    // built-in task: held-out samples per eval
+  int64_t eval_every = 100;      // evaluate every N steps and at the end (0 = end only)
+  int64_t eval_samples = 200;    // built-in task: held-out samples per exact-match eval
+  std::string eval_data;         // validation JSONL (any form --data takes): its label-token
+                                 // mean loss over all ranks at each evaluation
+  int64_t eval_batches = 0;      // batches of --batch-size sequences per evaluation (0 = all)
+  std::string init_adapter;      // start LoRA training from this PEFT adapter directory
+                                 // (its rank, alpha and targets replace --lora-*)
+  int64_t save_every = 0;        // checkpoint every N steps and at the end (0 = never)
+  int64_t keep_last = 0;         // checkpoints kept (the newest; 0 = all)
+  int64_t stop_after = 0;        // stop after this step as a stop signal does: a checkpoint,
+                                 // then exit 0 (a job in a time-limited slot); 0 = never
+  std::string resume;            // continue from this checkpoint (a run directory's latest,
+                                 // or a checkpoint directory)
   std::string dump_gradients;    // if set: DIR/step_<k>.safetensors with every trainable
                                  // gradient after reduction, before clipping (for checks)
 
@@ -134,7 +147,19 @@ class Trainer {
   ~Trainer();
 
   // Runs options.steps steps, writing OUT/metrics.jsonl, OUT/config.toml is the CLI's.
+  // SIGTERM or SIGINT during run(): every rank finishes the step, a checkpoint is saved
+  // and run() returns with stopped() true; a second signal exits the process at once.
   void run();
+  // Whether run() ended early on a signal (its checkpoint: last_checkpoint()).
+  bool stopped() const { return stopped_; }
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // The step the run starts after: 0, or the resumed checkpoint's.
+  int64_t start_step() const { return start_step_; }
+  // Collective: writes OUT/checkpoints/step-<current step>/ (train/checkpoint.h).
+  void save_checkpoint_now();
+  // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
+  // eval set; at most opt.eval_batches batches. Collective.
+  double evaluate_loss(const std::vector<Sample>& samples, int64_t batch_size, int64_t slot, int64_t* label_tokens);
   // What rank 0 reports before step 1: the data, the sequence length and what it cut,
   // epochs, the memory estimate. One line each.
   const std::vector<std::string>& setup_report() const { return report_; }
@@ -179,8 +204,17 @@ class Trainer {
   // Chooses the micro-batch size (when not set) and reports the memory estimate.
   void plan_memory();
   std::unique_ptr<TextTokenizer> text_tokenizer_;  // loaded by the first text file
+  // Checkpoints (src/train/trainer_checkpoint.cc): every piece of the trained state this
+  // rank holds, what the run trains, and the resume that puts them back.
+  std::vector<struct StatePiece> state_pieces();
+  nlohmann::json identity() const;
+  void resume(const std::string& path);
+  bool stopped_ = false;
+  std::string last_checkpoint_;
+  int64_t start_step_ = 0;
+  std::vector<Sample> eval_samples_;  // --eval-data
   // Multi-tenant training (src/train/tenant_training.cc).
-  void setup_tenants(std::vector<std::vector<Sample>> data);
+  void setup_tenants(std::vector<std::vector<Sample>> data, std::vector<std::vector<Sample>> eval);
   std::vector<Batch> next_tenant_batches();
   StepStats step_tenants(const std::vector<Batch>& micro_batches);
   void save_lora(LoraModel& lora, const std::string& dir);
@@ -189,6 +223,7 @@ class Trainer {
     TenantSpec spec;
     int64_t slot = 0;
     std::vector<Sample> samples;
+    std::vector<Sample> eval_samples;
     std::unique_ptr<EpochSampler> sampler;
     std::vector<at::Tensor> params;  // its adapter's tensors, A then B per site
     std::vector<std::string> names;

@@ -61,6 +61,13 @@ void Trainer::save() {
       save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
     return;
   }
+  // The built-in task's base model is random: written beside the adapter, which is of no
+  // use without it (glint generate --model OUT/base-model --adapter OUT/adapter).
+  if (opt_.model_dir.empty() && !opt_.model_config && comm_->rank() == 0) {
+    CausalLM base(model_->config, TensorPlacement{model_->placement.dtype, c10::Device(c10::kCPU)});
+    init_weights(*base, opt_.seed);
+    save_pretrained(*base, opt_.output + "/base-model");
+  }
   save_lora(lora_, opt_.output + "/adapter");
   // Balancing moved the base model's router biases: saved beside the adapter under
   // their Hub names, to be loaded over the base model's.
@@ -69,7 +76,9 @@ void Trainer::save() {
 }
 
 void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
-  const std::string base = opt_.model_dir.empty() ? "glint/builtin-tiny-qwen3-moe" : opt_.model_dir;
+  const std::string base = !opt_.model_dir.empty() ? opt_.model_dir
+                           : opt_.model_config   ? "glint/random-" + model_->config.model_type
+                                                 : opt_.output + "/base-model";
   if (!ep_comm_) {
     if (comm_->rank() == 0) save_adapter(dir, lora, base);
     return;

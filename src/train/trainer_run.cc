@@ -1,0 +1,216 @@
+// The training loop: steps, the readable lines and metrics.jsonl records, evaluations,
+// checkpoints, and the graceful stop on SIGTERM / SIGINT.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+
+#include "core/compat.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/stop_signal.h"
+#include "dist/comm.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace glint {
+
+void Trainer::run() {
+  // Rank 0 reports and writes; the other ranks train silently beside it.
+  const bool lead = comm_->rank() == 0;
+  GLINT_CHECK(!opt_.output.empty(), "the run has no output directory (TrainOptions::output)");
+  StopSignals stop_signals;
+  const bool resumed = start_step_ > 0;
+  std::vector<std::string> notes;  // printed after the setup report
+  std::unique_ptr<MetricsWriter> metrics;
+  // A resumed run appends, after dropping the records of steps its checkpoint lacks.
+  auto open_metrics = [&](const std::string& path, int64_t saved_step) {
+    if (resumed) {
+      int64_t dropped = drop_records_after(path, "step", saved_step);
+      if (dropped > 0)
+        notes.push_back(path + ": dropped " + std::to_string(dropped) + " records after step " +
+                        std::to_string(saved_step) + " (steps the checkpoint does not hold)");
+    }
+    return std::make_unique<MetricsWriter>(path, resumed);
+  };
+  if (lead) {
+    make_dirs(opt_.output);
+    metrics = open_metrics(opt_.output + "/metrics.jsonl", start_step_);
+  }
+  // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
+  std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
+  if (lead)
+    for (const auto& t : tenants_) {
+      make_dirs(opt_.output + "/" + t->spec.adapter.name);
+      tenant_metrics[t->spec.adapter.name] = open_metrics(opt_.output + "/" + t->spec.adapter.name + "/metrics.jsonl", t->step);
+    }
+  Progress progress(lead ? opt_.steps - start_step_ : 0);
+  auto say = [&](const std::string& line) {
+    if (lead) progress.line(line);
+  };
+  for (const std::string& line : report_) say(line);
+  for (const std::string& line : notes) say(line);
+  say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
+      "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
+  const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
+  // Sharded layers and experts make every forward collective: then all ranks evaluate.
+  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm_);
+  char buf[512];
+  double first_acc = -1, last_acc = -1;
+  if (evaluates && !resumed) {
+    first_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt_.steps).size()),
+                  0, (long long)opt_.steps, 100 * first_acc);
+    say(buf);
+  }
+  // Means over the steps since the previous line: the run's, and each tenant's.
+  struct Window {
+    double loss = 0, seconds = 0;
+    int64_t steps = 0, tokens = 0;
+  } window;
+  std::map<std::string, Window> tenant_window;
+  double first_loss = 0, last_loss = 0;
+  const int width = int(std::to_string(opt_.steps).size());
+  auto wall_time = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  for (int64_t s = start_step_ + 1; s <= opt_.steps; ++s) {
+    StepStats st = step(next_micro_batches());
+    if (s == start_step_ + 1) first_loss = st.loss;
+    last_loss = st.loss;
+    window.loss += st.loss;
+    window.seconds += st.seconds;
+    window.tokens += st.tokens;
+    ++window.steps;
+    for (const auto& t : st.tenants) {
+      Window& w = tenant_window[t.name];
+      w.loss += t.loss;
+      ++w.steps;
+    }
+    // Collective parts first (every rank): evaluations, the stop request, the checkpoint.
+    const bool eval_now = (opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps;
+    if (evaluates && eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    double eval_loss = -1;
+    int64_t eval_tokens = 0;
+    if (eval_now && !eval_samples_.empty()) eval_loss = evaluate_loss(eval_samples_, opt_.batch_size, -1, &eval_tokens);
+    std::map<std::string, double> tenant_eval;
+    for (const auto& t : tenants_)
+      if (eval_now && !t->eval_samples.empty())
+        tenant_eval[t->spec.adapter.name] = evaluate_loss(t->eval_samples, t->spec.batch_size, t->slot, nullptr);
+    // A stop signal reaches the ranks at different moments: they agree on it here.
+    at::Tensor stop = at::tensor({double(StopSignals::received())}, at::kDouble);
+    if (comm_->size() > 1) comm_->all_reduce_sum(stop);
+    const bool signalled = stop.item<double>() != 0;
+    const bool stopping = signalled || (opt_.stop_after > 0 && s == opt_.stop_after && s < opt_.steps);
+    if (lead) {
+      const double epoch = samples_.empty() ? 0 : double(s) * double(opt_.batch_size) / double(samples_.size());
+      nlohmann::json rec = {{"step", s},
+                            {"loss", st.loss},
+                            {"grad_norm", st.grad_norm},
+                            {"lr", st.lr},
+                            {"tokens", st.tokens},
+                            {"label_tokens", st.label_tokens},
+                            {"tokens_per_s", st.tokens / st.seconds},
+                            {"peak_rss_mb", peak_rss_mb()},
+                            {"weights_mb", double(local_weight_bytes()) / (1 << 20)},
+                            {"time", wall_time()},
+                            {"elapsed_s", progress.elapsed_seconds()}};
+      if (!bank_) rec["epoch"] = epoch;
+      if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
+      if (st.idle_experts >= 0) {
+        rec["idle_experts"] = st.idle_experts;
+        rec["expert_load_max"] = st.expert_load_max;
+      }
+      if (comm_->size() > 1) rec["ranks"] = comm_->size();
+      if (evaluates && eval_now) rec["exact_match"] = last_acc;
+      if (eval_loss >= 0) {
+        rec["eval_loss"] = eval_loss;
+        rec["eval_label_tokens"] = eval_tokens;
+      }
+      // Where the step's time went (this rank's; the optimizer part includes the gradient
+      // reduction and clipping).
+      rec["forward_s"] = st.forward_seconds;
+      rec["backward_s"] = st.backward_seconds;
+      rec["optimizer_s"] = st.optimizer_seconds;
+      const compat::DeviceMemory gpu = compat::device_memory(model_->placement.device);
+      if (gpu.peak_allocated_mb >= 0) {  // on a GPU: the step's peak, and the driver calls so far
+        rec["peak_gpu_mb"] = gpu.peak_allocated_mb;
+        rec["gpu_device_allocs"] = gpu.device_allocs;
+        rec["gpu_device_frees"] = gpu.device_frees;
+        compat::reset_device_memory_peak(model_->placement.device);
+      }
+      metrics->write(rec);
+      std::map<std::string, double> tenant_epoch;
+      for (const auto& t : tenants_)
+        tenant_epoch[t->spec.adapter.name] =
+            double(t->step) * double(t->spec.batch_size) / double(std::max<size_t>(1, t->samples.size()));
+      for (const auto& t : st.tenants) {
+        nlohmann::json trec = {{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
+                               {"lr", t.lr}, {"label_tokens", t.label_tokens},
+                               {"epoch", tenant_epoch[t.name]}, {"time", wall_time()},
+                               {"elapsed_s", progress.elapsed_seconds()}};
+        if (tenant_eval.count(t.name)) trec["eval_loss"] = tenant_eval[t.name];
+        tenant_metrics.at(t.name)->write(trec);
+      }
+      std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
+      progress.update(s - start_step_, buf);
+      // The first step gets a line at once: a slow step should not leave the screen blank.
+      if (s == start_step_ + 1 || s % opt_.log_every == 0 || s == opt_.steps || eval_now || stopping) {
+        int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld  loss%s %.4f", width, (long long)s,
+                              (long long)opt_.steps, bank_ ? " (all tenants)" : "", window.loss / double(window.steps));
+        if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
+        n += std::snprintf(buf + n, sizeof buf - n, "  %.0f tok/s", double(window.tokens) / window.seconds);
+        if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
+        n += std::snprintf(buf + n, sizeof buf - n, "  rss %.0f MB  %s", peak_rss_mb(),
+                           progress.timing(s - start_step_).c_str());
+        if (evaluates && eval_now)
+          n += std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%", 100 * last_acc);
+        if (eval_loss >= 0) std::snprintf(buf + n, sizeof buf - n, "  eval_loss %.4f", eval_loss);
+        say(buf);
+        // Tenant runs: one line per tenant that trained since the previous line.
+        for (const auto& t : st.tenants) {
+          Window& w = tenant_window[t.name];
+          if (w.steps == 0) continue;
+          n = std::snprintf(buf, sizeof buf, "  tenant %s  step %lld  loss %.4f  grad_norm %.3f  lr %.2e  epoch %.2f",
+                            t.name.c_str(), (long long)t.step, w.loss / double(w.steps), t.grad_norm, t.lr,
+                            tenant_epoch[t.name]);
+          if (tenant_eval.count(t.name)) std::snprintf(buf + n, sizeof buf - n, "  eval_loss %.4f", tenant_eval[t.name]);
+          say(buf);
+        }
+        window = Window();
+        tenant_window.clear();
+      }
+    }
+    if (stopping || (opt_.save_every > 0 && (s % opt_.save_every == 0 || s == opt_.steps))) {
+      save_checkpoint_now();
+      say("checkpoint " + last_checkpoint_);
+    }
+    if (stopping) {
+      stopped_ = true;
+      if (lead) progress.finish();
+ const int sig = StopSignals::received();
+      say(std::string("stopped by ") +
+          (!signalled ? "--stop-after" : sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal to another rank") +
+          " after step " + std::to_string(s) + "; to continue: glint train --resume " + opt_.output);
+      return;
+    }
+  }
+  if (!lead) {
+    save();  // collective when layers are sharded
+    return;
+  }
+  progress.finish();
+  int n = std::snprintf(buf, sizeof buf, "loss %.4f at step %lld -> %.4f at step %lld in %s", first_loss,
+                        (long long)(start_step_ + 1), last_loss, (long long)opt_.steps,
+                        format_duration(progress.elapsed_seconds()).c_str());
+  if (first_acc >= 0 && last_acc >= 0)
+    std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
+                  100 * last_acc);
+  say(buf);
+  save();
+}
+
+}  // namespace glint
