@@ -14,6 +14,8 @@ using Action = std::function<int()>;
 
 Action add_train(CLI::App& app);
 Action add_init_model(CLI::App& app);
+// glint merge (src/cli/merge_cmd.cc).
+Action add_merge(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_launch(CLI::App& app);
 Action add_data(CLI::App& app);
