@@ -41,7 +41,7 @@ Action add_merge(CLI::App& app) {
       "fold a LoRA adapter (expert LoRA included) into its base model and write a Hugging Face checkpoint");
   cmd->footer(
       "Writes W + scale*B*A for every adapted linear and every expert of an adapted expert tensor, in the\n"
-      "family's Hub form (per-expert keys for Qwen3-MoE and DeepSeek-V3), sharded with\n"
+      "family's Hub form (per-expert keys for Qwen3-MoE, Qwen3-Next, DeepSeek-V3), sharded with\n"
       "model.safetensors.index.json, plus the base's config.json and tokenizer/generation files. Router\n"
       "biases saved beside the adapter (router_biases.safetensors) replace the base's. An FP8/FP4-quantised\n"
       "base (DeepSeek V3/V4 releases) is written dequantised in bfloat16, without quantization_config.\n"
