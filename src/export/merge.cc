@@ -143,9 +143,11 @@ MergeReport merge_adapter(const MergeOptions& o) {
   const ModelConfig config = ModelConfig::from_file(config_path);
   std::unique_ptr<CheckpointReader> ckpt = open_checkpoint(o.model_dir, config);
   const bool f64 = stores_float64(*ckpt);
-  // A skeleton: its weights are allocated but never written, so they take no memory. The
-  // adapters attached to it are float64 over a float64 base.
-  CausalLM model(config, TensorPlacement{f64 ? at::kDouble : at::kFloat, c10::Device(c10::kCPU), /*lazy=*/true});
+  // A skeleton: its weights are allocated but never written, so they take no memory (in
+  // bfloat16, to halve the address space it reserves). The adapters attached to it are
+  // float32, float64 over a float64 base; router biases are float32 (float64) whatever it is.
+  CausalLM model(config,
+                 TensorPlacement{f64 ? at::kDouble : at::kBFloat16, c10::Device(c10::kCPU), /*lazy=*/true});
   check_checkpoint(*ckpt, *model);
   {
     at::NoGradGuard no_grad;
