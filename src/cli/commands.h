@@ -20,6 +20,8 @@ Action add_train(CLI::App& app);
 // and the command line's flags override them.
 std::vector<std::string> with_resumed_config(const std::vector<std::string>& args);
 Action add_init_model(CLI::App& app);
+// glint merge (src/cli/merge_cmd.cc).
+Action add_merge(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_launch(CLI::App& app);
 Action add_data(CLI::App& app);

@@ -154,45 +154,101 @@ at::Tensor CheckpointReader::read_flat(const std::string& key, int64_t start,
   return file_for(k).read_flat(k, start, count);
 }
 
-void write_checkpoint(const std::string& dir,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      uint64_t max_shard_bytes) {
+CheckpointWriter::CheckpointWriter(const std::string& dir, std::vector<TensorSpec> tensors,
+                                   uint64_t max_shard_bytes)
+    : dir_(dir), tensors_(std::move(tensors)) {
   // Greedy packing in the given order: a shard closes when the next tensor would push it
   // past the limit. A lone tensor larger than the limit fills a shard by itself.
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  shards_.emplace_back();
   std::set<std::string> seen;
-  uint64_t shard_bytes = 0, total = 0;
-  for (const auto& kv : tensors) {
-    GLINT_CHECK(seen.insert(kv.first).second, dir, ": duplicate tensor name '", kv.first, "'");
-    uint64_t b = uint64_t(kv.second.numel()) * kv.second.element_size();
-    if (!shards.back().empty() && shard_bytes + b > max_shard_bytes) {
-      shards.emplace_back();
+  uint64_t shard_bytes = 0;
+  for (const TensorSpec& t : tensors_) {
+    GLINT_CHECK(seen.insert(t.name).second, dir, ": duplicate tensor name '", t.name, "'");
+    try {
+      safetensors_dtype_name(t.dtype);
+    } catch (const Error&) {
+      fail(dir, ": tensor '", t.name, "' has dtype ", c10::toString(t.dtype), ", which safetensors cannot store");
+    }
+    const uint64_t b = t.bytes();
+    if (!shards_.back().empty() && shard_bytes + b > max_shard_bytes) {
+      shards_.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back(kv);
+    shards_.back().push_back(t);
+    shard_of_.push_back(shards_.size() - 1);
     shard_bytes += b;
-    total += b;
+    total_bytes_ += b;
   }
-  make_dirs(dir);
   // One shard is written as model.safetensors, as transformers' save_pretrained does.
-  if (shards.size() == 1) {
-    write_safetensors(dir + "/" + kSingle, tensors, {{"format", "pt"}});
-    remove_stale_files(dir, {kSingle});
+  for (size_t i = 0; i < shards_.size(); ++i)
+    names_.push_back(shards_.size() == 1 ? kSingle : shard_name(i, shards_.size()));
+  make_dirs(dir);
+  advance();
+}
+
+CheckpointWriter::~CheckpointWriter() = default;
+
+void CheckpointWriter::advance() {
+  while (current_ < tensors_.size() && filled_ == tensors_[current_].numel()) {
+    ++current_;
+    filled_ = 0;
+  }
+  // Shards before the current tensor's (all of them at the end) are complete.
+  const size_t need = current_ < tensors_.size() ? shard_of_[current_] : shards_.size();
+  while (finished_shards_ < need) {
+    if (!open_) open_ = std::make_unique<SafetensorsWriter>(dir_ + "/" + names_[finished_shards_],
+                                                            shards_[finished_shards_],
+                                                            std::map<std::string, std::string>{{"format", "pt"}});
+    open_->finish();
+    open_.reset();
+    ++finished_shards_;
+  }
+  if (!open_ && current_ < tensors_.size()) {
+    open_shard_ = shard_of_[current_];
+    open_ = std::make_unique<SafetensorsWriter>(dir_ + "/" + names_[open_shard_], shards_[open_shard_],
+                                                std::map<std::string, std::string>{{"format", "pt"}});
+  }
+}
+
+void CheckpointWriter::append(const at::Tensor& piece) {
+  if (piece.numel() == 0) return;
+  GLINT_CHECK(current_ < tensors_.size(), dir_, ": a piece of ", piece.numel(), " values beyond the last tensor");
+  open_->append(piece);  // checks dtype and size against the tensor
+  filled_ += piece.numel();
+  advance();
+}
+
+void CheckpointWriter::finish() {
+  GLINT_CHECK(current_ == tensors_.size(), dir_, ": tensor '", tensors_[std::min(current_, tensors_.size() - 1)].name,
+              "' has ", filled_, " of its values");
+  advance();  // finishes any trailing shards
+  if (shards_.size() == 1) {
+    remove_stale_files(dir_, {kSingle});
     return;
   }
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   std::set<std::string> written = {kIndex};
-  for (size_t i = 0; i < shards.size(); ++i) {
-    std::string name = shard_name(i, shards.size());
-    write_safetensors(dir + "/" + name, shards[i], {{"format", "pt"}});
-    for (const auto& kv : shards[i]) weight_map[kv.first] = name;
-    written.insert(name);
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    for (const TensorSpec& t : shards_[i]) weight_map[t.name] = names_[i];
+    written.insert(names_[i]);
   }
   // The index goes last: until it is renamed into place a reader sees no new index.
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
-                                  {"weight_map", weight_map}};
-  write_text_atomic(dir + "/" + kIndex, index.dump(2) + "\n");
-  remove_stale_files(dir, written);
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
+  write_text_atomic(dir_ + "/" + kIndex, index.dump(2) + "\n");
+  remove_stale_files(dir_, written);
+}
+
+void write_checkpoint(const std::string& dir,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      uint64_t max_shard_bytes) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    GLINT_CHECK(t.defined(), dir, ": tensor '", name, "' is undefined");
+    specs.push_back(TensorSpec{name, t.scalar_type(), t.sizes().vec()});
+  }
+  CheckpointWriter writer(dir, std::move(specs), max_shard_bytes);
+  for (const auto& kv : tensors) writer.append(kv.second);
+  writer.finish();
 }
 
 }  // namespace glint

@@ -57,4 +57,40 @@ void write_checkpoint(const std::string& dir,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       uint64_t max_shard_bytes = 5ull << 30);
 
+// write_checkpoint for values that arrive piece by piece: the files are planned from the
+// specs (the same packing and names), then filled in spec order, one shard file after
+// another, so the caller never holds more than a piece. A shard is written atomically
+// when its last tensor is full; the index and the removal of stale files come last, in
+// finish(). The plan's problems (duplicate names, dtypes safetensors cannot store) throw
+// glint::Error before anything is written.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const std::string& dir, std::vector<TensorSpec> tensors,
+                   uint64_t max_shard_bytes = 5ull << 30);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // The next values of the first tensor not yet full (SafetensorsWriter::append).
+  void append(const at::Tensor& piece);
+  // REQUIRES: every tensor full. Writes the index (when sharded), removes stale files.
+  void finish();
+  size_t num_files() const { return shards_.size(); }
+  uint64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  void advance();  // past full tensors, finishing and opening shard files on the way
+  std::string dir_;
+  std::vector<TensorSpec> tensors_;
+  std::vector<std::vector<TensorSpec>> shards_;  // the plan
+  std::vector<size_t> shard_of_;                 // tensor index -> shard
+  std::vector<std::string> names_;               // shard file names
+  uint64_t total_bytes_ = 0;
+  std::unique_ptr<SafetensorsWriter> open_;      // the shard being filled
+  size_t open_shard_ = 0;                        // its index (valid while open_)
+  size_t finished_shards_ = 0;
+  size_t current_ = 0;   // the tensor being filled
+  int64_t filled_ = 0;   // its values written so far
+};
+
 }  // namespace glint

@@ -239,45 +239,111 @@ at::Tensor SafetensorsFile::read_flat(const std::string& key, int64_t start, int
   return t;
 }
 
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  // The header is built from sizes alone, and every check runs before the temp file is
-  // created: a rejected call leaves nothing behind.
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+uint64_t TensorSpec::bytes() const { return uint64_t(numel()) * c10::elementSize(dtype); }
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), tensors_(std::move(tensors)) {
+  // The header is built from the specs alone, and every check runs before the temp file
+  // is created: a rejected plan leaves nothing behind.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    GLINT_CHECK(seen.insert(name).second, path, ": duplicate tensor name '", name, "'");
-    GLINT_CHECK(name != "__metadata__", path, ": '__metadata__' is not a valid tensor name");
-    GLINT_CHECK(t.defined(), path, ": tensor '", name, "' is undefined");
+  for (const TensorSpec& t : tensors_) {
+    GLINT_CHECK(seen.insert(t.name).second, path, ": duplicate tensor name '", t.name, "'");
+    GLINT_CHECK(t.name != "__metadata__", path, ": '__metadata__' is not a valid tensor name");
+    for (int64_t d : t.shape) GLINT_CHECK(d >= 0, path, ": tensor '", t.name, "' has a negative dimension");
     std::string dt;
     try {
-      dt = safetensors_dtype_name(t.scalar_type());
+      dt = safetensors_dtype_name(t.dtype);
     } catch (const Error&) {
-      fail(path, ": tensor '", name, "' has dtype ", c10::toString(t.scalar_type()),
-           ", which safetensors cannot store");
+      fail(path, ": tensor '", t.name, "' has dtype ", c10::toString(t.dtype), ", which safetensors cannot store");
     }
-    uint64_t bytes = uint64_t(t.numel()) * t.element_size();
-    header[name] = {{"dtype", dt}, {"shape", t.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = t.bytes();
+    header[t.name] = {{"dtype", dt}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
-  write_file_atomic(path, [&](std::FILE* f) {
-    uint64_t len = h.size();
-    bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-    // One tensor at a time on the host, so a GPU state dict never has a second full copy.
-    // bf16/f16 go out as their raw bits.
-    for (size_t i = 0; ok && i < tensors.size(); ++i) {
-      at::Tensor c = tensors[i].second.detach().to(at::kCPU).contiguous();
-      size_t bytes = size_t(c.numel()) * c.element_size();
-      ok = bytes == 0 || std::fwrite(c.data_ptr(), 1, bytes, f) == bytes;
-    }
-    GLINT_CHECK(ok, path, ": write failed (", std::strerror(errno), ")");
-  });
+  tmp_ = path + ".tmp." + std::to_string(::getpid());
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  GLINT_CHECK(file_, path, ": cannot open '", tmp_, "' for writing (", std::strerror(errno), ")");
+  const uint64_t len = h.size();
+  if (std::fwrite(&len, 8, 1, file_) != 1 || std::fwrite(h.data(), 1, h.size(), file_) != h.size()) {
+    const int err = errno;
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+    fail(path, ": write failed (", std::strerror(err), ")");
+  }
+  skip_full();
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!file_) return;
+  std::fclose(file_);
+  std::remove(tmp_.c_str());
+}
+
+void SafetensorsWriter::skip_full() {
+  while (current_ < tensors_.size() && filled_ == tensors_[current_].numel()) {
+    ++current_;
+    filled_ = 0;
+  }
+}
+
+void SafetensorsWriter::append(const at::Tensor& piece) {
+  GLINT_CHECK(file_, path_, ": append after finish");
+  if (piece.numel() == 0) return;  // an empty tensor's values: nothing to write
+  GLINT_CHECK(current_ < tensors_.size(), path_, ": a piece of ", piece.numel(),
+              " values beyond the last tensor");
+  const TensorSpec& t = tensors_[current_];
+  GLINT_CHECK(piece.scalar_type() == t.dtype, path_, ": tensor '", t.name, "' is ", c10::toString(t.dtype),
+              ", got a piece of ", c10::toString(piece.scalar_type()));
+  GLINT_CHECK(piece.numel() <= t.numel() - filled_, path_, ": tensor '", t.name, "' needs ",
+              t.numel() - filled_, " more values, got a piece of ", piece.numel());
+  // bf16/f16 go out as their raw bits.
+  const at::Tensor c = piece.detach().to(at::kCPU).contiguous();
+  const size_t bytes = size_t(c.numel()) * c.element_size();
+  GLINT_CHECK(bytes == 0 || std::fwrite(c.data_ptr(), 1, bytes, file_) == bytes, path_, ": write failed (",
+              std::strerror(errno), ")");
+  filled_ += c.numel();
+  skip_full();
+}
+
+void SafetensorsWriter::finish() {
+  GLINT_CHECK(file_, path_, ": finished twice");
+  GLINT_CHECK(current_ == tensors_.size(), path_, ": tensor '", tensors_[std::min(current_, tensors_.size() - 1)].name,
+              "' has ", filled_, " of its values");
+  std::FILE* f = file_;
+  file_ = nullptr;  // from here on this function cleans up
+  bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  int err = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (ok && std::rename(tmp_.c_str(), path_.c_str()) == 0) return;
+  err = ok ? errno : err;
+  std::remove(tmp_.c_str());
+  fail(path_, ": cannot finish writing (", std::strerror(err), ")");
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    GLINT_CHECK(t.defined(), path, ": tensor '", name, "' is undefined");
+    specs.push_back(TensorSpec{name, t.scalar_type(), t.sizes().vec()});
+  }
+  SafetensorsWriter writer(path, std::move(specs), metadata);
+  // One tensor at a time on the host, so a GPU state dict never has a second full copy.
+  for (const auto& kv : tensors) writer.append(kv.second);
+  writer.finish();
 }
 
 }  // namespace glint

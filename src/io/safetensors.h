@@ -10,6 +10,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
@@ -74,6 +75,47 @@ class SafetensorsFile {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A tensor of a file planned before its data exists: name, dtype and shape.
+struct TensorSpec {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+  uint64_t bytes() const;
+};
+
+// Writes a safetensors file whose header is known before its data: the header from the
+// specs first, then the tensors' values in spec order, each in one or more pieces, so a
+// caller never holds more than a piece. Atomic like write_safetensors: the bytes go to
+// "<path>.tmp.<pid>", renamed over `path` by finish(); a writer destroyed unfinished
+// removes its temp file. Duplicate names and dtypes safetensors cannot store throw
+// glint::Error before the file is created.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The next values of the first tensor not yet full: `piece` (any shape, on any device)
+  // holds at most the elements it still lacks, in its dtype. Throws glint::Error naming
+  // the tensor otherwise, or when every tensor is full.
+  void append(const at::Tensor& piece);
+  // REQUIRES: every tensor full (else glint::Error naming the first that is not).
+  // Flushes, fsyncs and renames the file into place.
+  void finish();
+  const std::string& path() const { return path_; }
+
+ private:
+  void skip_full();  // moves current_ past tensors that need nothing more
+  std::string path_, tmp_;
+  std::vector<TensorSpec> tensors_;
+  std::FILE* file_ = nullptr;
+  size_t current_ = 0;     // the tensor being filled
+  int64_t filled_ = 0;     // its elements written so far
+};
 
 // "F32" <-> c10::kFloat, etc. parse throws glint::Error naming `where` for unknown names.
 // "F8_E4M3" and "F8_E8M0" parse to c10::kByte; c10::kByte names "U8".

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "core/dtype.h"
@@ -148,6 +149,27 @@ bool is_ignorable_key(const std::string& key) {
   return key.find("rotary_emb.inv_freq") != std::string::npos;
 }
 
+// A packed expert tensor's name is gate_up_proj's (else down_proj's).
+bool is_gate_up_name(const std::string& name) {
+  const std::string suffix = ".mlp.experts.gate_up_proj";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Throws naming the first key of `ckpt` the model has no use for: not in `used`, not a
+// buffer some exporters write, not a tied model's lm_head; with partial_experts, expert
+// keys are passed over (another rank's experts).
+void check_no_unexpected_keys(const CheckpointReader& ckpt, const CausalLMImpl& model,
+                              const std::set<std::string>& used, bool partial_experts) {
+  for (const auto& key : ckpt.keys()) {
+    if (used.count(key) || is_ignorable_key(key)) continue;
+    // A tied model may still carry lm_head.weight; it must equal the embedding's role.
+    if (key == "lm_head.weight" && model.config.tie_word_embeddings) continue;
+    if (partial_experts && key.find(".mlp.experts.") != std::string::npos) continue;
+    fail(ckpt.dir(), ": unexpected key '", key, "' (not a parameter of ", model.config.model_type,
+         " with this config.json)");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& dir, const ModelConfig& c) {
@@ -210,15 +232,50 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
     DecoderLayer layer = model.layer(l);
     if (layer->moe) partial_experts |= layer->moe->experts->num_local() != model.config.num_experts;
   }
-  for (const auto& key : ckpt.keys()) {
-    if (used.count(key) || is_ignorable_key(key)) continue;
-    // A tied model may still carry lm_head.weight; it must equal the embedding's role.
-    if (key == "lm_head.weight" && model.config.tie_word_embeddings) continue;
-    if (partial_experts && key.find(".mlp.experts.") != std::string::npos) continue;
-    if (layer_keys.count(key)) continue;  // read by the shard loader
-    fail(ckpt.dir(), ": unexpected key '", key, "' (not a parameter of ",
-         model.config.model_type, " with this config.json)");
+  used.insert(layer_keys.begin(), layer_keys.end());  // read by the shard loader
+  check_no_unexpected_keys(ckpt, model, used, partial_experts);
+}
+
+void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {
+  std::set<std::string> used;
+  for (const ParameterSite& site : parameter_sites(model)) {
+    if (!site.expert || ckpt.contains(site.name)) {
+      check_shape(ckpt, site.name, site.tensor.sizes());
+      used.insert(site.name);
+      used.insert(fp8_scale_key(site.name));
+      continue;
+    }
+    // Per-expert keys: gate_up [E,2I,H] is gate [I,H] and up [I,H] per expert; down [E,H,I] is down [H,I].
+    const ExpertsImpl& ex = *model.layer(site.layer)->moe->experts;
+    GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts, "check_checkpoint: ",
+                 site.name, " holds a slice of the experts");
+    const bool gate_up = site.tensor.is_same(ex.gate_up_proj);
+    const int64_t E = site.tensor.size(0), out = site.tensor.size(1), in = site.tensor.size(2);
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<std::string> keys;
+      if (gate_up) keys = {expert_key(site.layer, e, "gate_proj"), expert_key(site.layer, e, "up_proj")};
+      else keys = {expert_key(site.layer, e, "down_proj")};
+      for (const std::string& key : keys) {
+        check_shape(ckpt, key, {gate_up ? out / 2 : out, in});
+        used.insert(key);
+        used.insert(fp8_scale_key(key));
+      }
+    }
   }
+  for (auto& item : model.named_buffers()) {
+    check_shape(ckpt, item.key(), item.value().sizes());
+    used.insert(item.key());
+  }
+  check_no_unexpected_keys(ckpt, model, used, /*partial_experts=*/false);
+}
+
+StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site) {
+  std::string key = site.name;
+  if (site.expert && !ckpt.contains(key))
+    key = expert_key(site.layer, 0, is_gate_up_name(site.name) ? "gate_proj" : "down_proj");
+  const TensorInfo& info = ckpt.info(key);  // throws naming the key when absent
+  if (quantised_form(ckpt, key) != Quantised::kNo) return {c10::kBFloat16, true};
+  return {info.dtype, false};
 }
 
 at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSite& site,
@@ -255,31 +312,51 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
   return parts.empty() ? at::empty({0}, at::TensorOptions().dtype(dtype)) : at::cat(parts);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  if (model.family->saves_packed_experts()) {  // the model's own names and layout
-    for (auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value().detach());
-    for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
-    return out;
-  }
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    if (name.find(".mlp.experts.") != std::string::npos) continue;
-    out.emplace_back(name, item.value().detach());
-  }
-  for (auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value().detach());
-  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    if (!layer->moe) continue;
-    ExpertsImpl& ex = *layer->moe->experts;
-    GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts);
-    int64_t I = ex.intermediate();
-    for (int64_t e = 0; e < ex.num_local(); ++e) {
-      at::Tensor gu = ex.gate_up_proj[e].detach();
-      out.emplace_back(expert_key(l, e, "gate_proj"), gu.narrow(0, 0, I));
-      out.emplace_back(expert_key(l, e, "up_proj"), gu.narrow(0, I, I));
-      out.emplace_back(expert_key(l, e, "down_proj"), ex.down_proj[e].detach());
+int64_t HubTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<HubTensor> hub_tensors(CausalLMImpl& model) {
+  std::vector<HubTensor> out;
+  const bool per_expert = !model.family->saves_packed_experts();
+  const std::vector<ParameterSite> sites = parameter_sites(model);
+  for (const ParameterSite& site : sites) {
+    if (!(per_expert && site.expert)) {  // the model's own name and layout
+      out.push_back(HubTensor{site.name, site.tensor.sizes().vec(), site.name, 0, site.layer, site.expert, false});
+      continue;
     }
+    // Per expert: written where gate_up_proj stands, each expert's gate, up and down.
+    const ExpertsImpl& ex = *model.layer(site.layer)->moe->experts;
+    if (!site.tensor.is_same(ex.gate_up_proj)) continue;
+    GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts, "hub_tensors: ", site.name,
+                 " holds a slice of the experts");
+    std::string down;
+    for (const ParameterSite& s : sites)
+      if (s.tensor.is_same(ex.down_proj)) down = s.name;
+    GLINT_ASSERT(!down.empty(), "hub_tensors: no down_proj beside ", site.name);
+    const int64_t l = site.layer, I = ex.intermediate(), H = ex.gate_up_proj.size(2);
+    for (int64_t e = 0; e < ex.num_local(); ++e) {
+      out.push_back(HubTensor{expert_key(l, e, "gate_proj"), {I, H}, site.name, e * 2 * I * H, l, true, false});
+      out.push_back(HubTensor{expert_key(l, e, "up_proj"), {I, H}, site.name, e * 2 * I * H + I * H, l, true, false});
+      out.push_back(HubTensor{expert_key(l, e, "down_proj"), {H, I}, down, e * H * I, l, true, false});
+    }
+  }
+  for (auto& item : model.named_buffers())
+    out.push_back(HubTensor{item.key(), item.value().sizes().vec(), item.key(), 0, -1, false, true});
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model) {
+  std::map<std::string, at::Tensor> sources;
+  for (auto& item : model.named_parameters()) sources[item.key()] = item.value().detach();
+  for (auto& item : model.named_buffers()) sources[item.key()] = item.value().detach();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const HubTensor& h : hub_tensors(model)) {
+    const at::Tensor& src = sources.at(h.source);
+    if (h.offset == 0 && h.numel() == src.numel()) out.emplace_back(h.name, src);
+    else out.emplace_back(h.name, src.reshape({-1}).narrow(0, h.offset, h.numel()).view(h.shape));
   }
   return out;
 }

@@ -35,8 +35,43 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
                                 at::IntArrayRef shape, int64_t start, int64_t count,
                                 c10::ScalarType dtype);
 
-// The model's tensors under Hub names, experts split per expert (what transformers'
-// save_pretrained writes). REQUIRES: the model holds all experts.
+// Checks, reading no tensor data, that `ckpt` holds every parameter and buffer of `model`
+// (experts in either form) with the expected shape, and no key the model does not use.
+// Throws glint::Error as load_weights does. REQUIRES: the model holds all experts.
+void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model);
+
+// How `ckpt` stores the model tensor site.name (a parameter; for a buffer only the name
+// need be set): the dtype its values read as without loss, which is the stored one, or
+// bfloat16 for FP8/FP4 codes with block scales (quantised: they read dequantised). A packed
+// expert tensor stored per expert answers for its experts' keys.
+struct StoredForm {
+  c10::ScalarType dtype = c10::kFloat;
+  bool quantised = false;
+};
+StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site);
+
+// One tensor of the model's Hub form (what transformers' save_pretrained writes for the
+// family): its key and shape, and where its values lie in the model: elements
+// [offset, offset + numel) of the flattened parameter or buffer `source`. A per-expert key
+// holds one expert's rows of a packed expert tensor; every other key a whole tensor.
+struct HubTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string source;   // the model's parameter or buffer name
+  int64_t offset = 0;   // first element in the flattened source
+  int64_t layer = -1;   // the source's decoder layer; -1: embeddings, final norm, head, buffers
+  bool expert = false;  // the source is a packed routed-experts tensor [E, out, in]
+  bool buffer = false;  // the source is a buffer (router state), not a parameter
+  int64_t numel() const;
+};
+
+// The Hub form of `model`, in save order: parameters in named_parameters() order, a
+// per-expert family's experts where its packed tensors stand (expert by expert: gate_proj,
+// up_proj, down_proj), then the buffers. REQUIRES: the model holds all experts.
+std::vector<HubTensor> hub_tensors(CausalLMImpl& model);
+
+// The model's tensors under Hub names (views of hub_tensors' sources), experts split per
+// expert for families that save them so. REQUIRES: the model holds all experts.
 std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model);
 
 // Per-expert Hub key of expert e's projection ("gate_proj", "up_proj", "down_proj").

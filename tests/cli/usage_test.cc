@@ -316,7 +316,7 @@ TEST(Usage, EveryOptionOfEveryCommandHasADescription) {
     for (const std::string& s : h.subcommands) todo.push_back(cmd.empty() ? s : cmd + " " + s);
   }
   // The walk reached the nested commands (so an empty listing cannot pass).
-  for (const char* c : {"train", "init-model", "launch", "data", "data preview", "bench", "bench train",
+  for (const char* c : {"train", "init-model", "merge", "launch", "data", "data preview", "bench", "bench train",
                         "bench tokenize", "bench tenants", "template", "tokenize"})
     EXPECT_TRUE(seen.count(c)) << "not reached from glint --help: " << c;
   EXPECT_GT(entries, 80u);
