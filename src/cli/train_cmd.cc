@@ -239,7 +239,9 @@ Action add_train(CLI::App& app) {
       std::string config = cmd->config_to_str(true, false), kept;
       std::istringstream lines(config);
       for (std::string line; std::getline(lines, line);)
-        if (line.rfind("output=", 0) != 0 && line.rfind("overwrite=", 0) != 0 && line.rfind("resume=", 0) != 0)
+        // Where a run went and how one invocation ended are not settings to repeat.
+        if (line.rfind("output=", 0) != 0 && line.rfind("overwrite=", 0) != 0 && line.rfind("resume=", 0) != 0 &&
+            line.rfind("stop-after=", 0) != 0)
           kept += line + "\n";
       write_text_atomic(opts->output + "/config.toml",
                         "# glint train, written to " + opts->output + " (--config repeats it into a new directory)\n" +
