@@ -21,54 +21,17 @@
 #include "core/fs.h"
 #include "io/safetensors.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using glint::testing::glint_bin;
+using glint::testing::launch;
+using glint::testing::make_data;
+using glint::testing::make_model;
 using glint::testing::read_jsonl;
 using glint::testing::RunResult;
-
-std::string glint_bin() { return GLINT_BINARY; }
-
-// A command through `glint launch -n W` (or directly for W = 1), with a short
-// distributed timeout so that a collective mismatch fails instead of hanging.
-RunResult launch(int ranks, const std::string& args) {
-  std::string cmd = "GLINT_DIST_TIMEOUT_SECONDS=60 " + glint_bin() +
-                    (ranks > 1 ? " launch -n " + std::to_string(ranks) + " -- " + glint_bin() : "") + " " + args;
-  return glint::testing::run(cmd);
-}
-
-// A tiny Qwen3-MoE (8 experts, a dense second layer) written by init-model; `hidden`
-// sets its size.
-std::string make_model(const std::string& dir, int hidden = 32, int expert_width = 16) {
-  nlohmann::json cfg = {{"model_type", "qwen3_moe"},     {"vocab_size", 16},          {"hidden_size", hidden},
-                        {"intermediate_size", 48},       {"moe_intermediate_size", expert_width},
-                        {"num_hidden_layers", 2},        {"num_attention_heads", 4},  {"num_key_value_heads", 2},
-                        {"head_dim", 8},                 {"num_experts", 8},          {"num_experts_per_tok", 2},
-                        {"mlp_only_layers", {1}},        {"initializer_range", 0.1}};
-  fs::create_directories(dir);
-  std::ofstream(dir + "/config.json") << cfg.dump();
-  RunResult r = glint::testing::run_glint("init-model --config " + dir + "/config.json --output " + dir +
-                                          "/model --seed 3");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return dir + "/model";
-}
-
-// Pre-tokenized samples of the model's 16 ids.
-std::string make_data(const std::string& path, int lines, int seed) {
-  std::ofstream out(path);
-  uint64_t x = uint64_t(seed) * 2654435761u + 7;
-  for (int i = 0; i < lines; ++i) {
-    nlohmann::json ids = nlohmann::json::array();
-    int len = 5 + int(x % 7);
-    for (int k = 0; k < len; ++k) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      ids.push_back(int((x >> 33) % 16));
-    }
-    out << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
-  }
-  return path;
-}
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(1e-300, std::max(std::abs(a), std::abs(b))); }
 
