@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/chunked_loss.h"
+#include "model/decode_cache.h"
 
 namespace glint {
 
@@ -33,7 +34,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const Te
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                      std::vector<at::Tensor>* router_logits) {
-  auto attention = [&](const at::Tensor& in) { return self_attn->forward(input_layernorm->forward(in), ctx); };
+  auto attention = [&](const at::Tensor& in) {
+    at::Tensor normed = input_layernorm->forward(in);
+    return ctx.cache ? self_attn->forward_cached(normed, ctx) : self_attn->forward(normed, ctx);
+  };
   auto feed_forward = [&](const at::Tensor& in) {
     return mlp->forward(post_attention_layernorm->forward(in), ctx, router_logits);
   };
@@ -82,7 +86,7 @@ at::Tensor CausalLMImpl::lm_head_weight() const {
 }
 
 ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                    const at::Tensor& segment_ids) {
+                                    const at::Tensor& segment_ids, DecodeCache* cache) {
   GLINT_CHECK(input_ids.dim() == 2 && position_ids.sizes() == input_ids.sizes() &&
                   segment_ids.sizes() == input_ids.sizes(),
               "model input: input_ids, position_ids and segment_ids must all be [B,S]; got ",
@@ -90,9 +94,18 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
   auto dev = placement.device;
   at::Tensor ids = input_ids.to(dev), pos = position_ids.to(dev);
   LayerContext ctx;
-  ctx.rope = family->rotary(config, pos, placement.dtype == at::kDouble ? at::kDouble : at::kFloat);
+  const auto compute = placement.dtype == at::kDouble ? at::kDouble : at::kFloat;
+  ctx.rope = family->rotary(config, pos, compute);
   ctx.layout = sequence_layout(segment_ids, dev);
   ctx.input_ids = ids;
+  if (cache) {
+    cache->begin(segment_ids, position_ids);
+    ctx.cache = cache;
+    bool any_history = false;  // a module recomputed over the history (AttentionModule::forward_cached)
+    for (size_t l = 0; l < model->layers->size(); ++l) any_history |= !layer(l)->self_attn->keeps_decode_state();
+    if (any_history)
+      cache->begin_history(ids, [&](const at::Tensor& p) { return family->rotary(config, p, compute); });
+  }
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
   if (model->hc_head) x = x.unsqueeze(2).expand({-1, -1, config.hc_mult, -1}).contiguous();  // [B,S,n,H]
   ForwardOutput out;
@@ -103,6 +116,7 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
   }
   if (model->hc_head) x = model->hc_head->forward(x);
   out.hidden = model->norm->forward(x);
+  if (cache) cache->commit();
   return out;
 }
 

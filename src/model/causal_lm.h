@@ -75,8 +75,11 @@ class CausalLMImpl : public torch::nn::Module {
   CausalLMImpl(const ModelConfig& c, const TensorPlacement& place);
 
   // input_ids, position_ids, segment_ids: [B,S] int64 (see data/sample.h Batch).
+  // With a cache (model/decode_cache.h), the tokens continue its rows: each row's tokens
+  // are a prefix of it (the rest segment -1), at positions cache->lengths()[b] + i; they
+  // join the cache. A forward that throws leaves the cache unusable.
   ForwardOutput forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                        const at::Tensor& segment_ids);
+                        const at::Tensor& segment_ids, DecodeCache* cache = nullptr);
   at::Tensor logits(const at::Tensor& hidden);  // [..., H] -> [..., V]
   at::Tensor lm_head_weight() const;            // [V, H]; the embedding when tied
   DecoderLayer layer(int64_t i) const;

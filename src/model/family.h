@@ -22,17 +22,29 @@
 
 namespace glint {
 
+class DecodeCache;
+
 // What every layer of one forward shares, computed once per forward.
 struct LayerContext {
   SequenceLayout layout;           // where the packed sequences lie
   std::vector<RotaryTables> rope;  // the family's RoPE tables; [0] is the main set
   at::Tensor input_ids;            // [B,S] int64 on the model's device
+  // Incremental decoding (model/decode_cache.h): this forward's tokens continue the rows
+  // of the cache; null in training and in whole-sequence forwards.
+  DecodeCache* cache = nullptr;
 };
 
 // The attention sublayer of a decoder layer: x [B,S,H] (normed) -> [B,S,H].
 class AttentionModule : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) = 0;
+  // The same with ctx.cache set: x holds each row's new tokens, which attend to the
+  // row's cached ones too, and join them. A module that keeps its own decoding state
+  // (keys and values, a recurrent state) overrides both this and keeps_decode_state();
+  // the default recomputes forward() over each row's whole history of inputs
+  // (history_forward in model/decode_cache.h): exact, but O(history) per new token.
+  virtual at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx);
+  virtual bool keeps_decode_state() const { return false; }
   // Multiply-adds per token outside the projections (the score and value products) for
   // sequences of `seq_len` tokens: the FLOP count adds these to its walk of the linears.
   virtual double score_macs_per_token(int64_t seq_len) const = 0;

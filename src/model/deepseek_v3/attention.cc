@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "model/decode_cache.h"
+
 namespace glint {
 
 namespace {
@@ -37,7 +39,7 @@ MlaAttentionImpl::MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& 
   }
 }
 
-at::Tensor MlaAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+std::array<at::Tensor, 3> MlaAttentionImpl::qkv(const at::Tensor& x, const LayerContext& ctx) {
   const int64_t B = x.size(0), S = x.size(1), Dqk = nope_dim + rope_dim;
   at::Tensor q = q_proj ? q_proj->forward(x) : q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(x)));
   q = q.view({B, S, num_heads, Dqk}).transpose(1, 2);                               // [B,N,S,Dqk]
@@ -60,7 +62,18 @@ at::Tensor MlaAttentionImpl::forward(const at::Tensor& x, const LayerContext& ct
   // The kernels scale by 1/sqrt(Dqk); a YaRN correction goes onto the queries.
   const double extra = softmax_scale * std::sqrt(double(Dqk));
   if (std::abs(extra - 1.0) > 1e-15) query = query * extra;
-  return o_proj->forward(sequence_attention(query, key, k_parts[1], ctx.layout));
+  return {query, key, k_parts[1]};
+}
+
+at::Tensor MlaAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  auto [query, key, value] = qkv(x, ctx);
+  return o_proj->forward(sequence_attention(query, key, value, ctx.layout));
+}
+
+at::Tensor MlaAttentionImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
+  auto [query, key, value] = qkv(x, ctx);
+  auto& state = ctx.cache->state<KvState>(this, [] { return std::make_unique<KvState>(); });
+  return o_proj->forward(cached_attention(query, key, value, state, ctx));
 }
 
 double MlaAttentionImpl::score_macs_per_token(int64_t seq_len) const {

@@ -8,6 +8,8 @@
 // Dv v_head_dim, Cq q_lora_rank, Ckv kv_lora_rank.
 #pragma once
 
+#include <array>
+
 #include "model/family.h"
 
 namespace glint {
@@ -17,6 +19,9 @@ class MlaAttentionImpl : public AttentionModule {
   MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& place);
   // x [B,S,H] -> [B,S,H]; RoPE from ctx.rope[0] (R wide).
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  // Caches each head's expanded key [nope | rope] and value.
+  at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
+  bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
 
   int64_t num_heads, nope_dim, rope_dim, v_dim, kv_lora_rank;
@@ -29,6 +34,10 @@ class MlaAttentionImpl : public AttentionModule {
   RMSNorm kv_a_layernorm{nullptr};                        // [Ckv]
   Linear kv_b_proj{nullptr};                              // [N*(Dn+Dv), Ckv]
   Linear o_proj{nullptr};                                 // [H, N*Dv]
+
+ private:
+  // query, key [B,N,S,Dn+R] (the query carrying any YaRN correction), value [B,N,S,Dv].
+  std::array<at::Tensor, 3> qkv(const at::Tensor& x, const LayerContext& ctx);
 };
 TORCH_MODULE(MlaAttention);
 

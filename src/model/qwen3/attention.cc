@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "model/decode_cache.h"
+
 namespace glint {
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorPlacement& p)
@@ -15,7 +17,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const TensorPlacement& p)
   k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps, p));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+std::array<at::Tensor, 3> AttentionImpl::qkv(const at::Tensor& x, const LayerContext& ctx) {
   int64_t B = x.size(0), S = x.size(1);
   // [B,S,N*D] -> [B,S,N,D] -> norm over D -> [B,N,S,D]
   at::Tensor q = q_norm->forward(q_proj->forward(x).view({B, S, num_heads, head_dim})).transpose(1, 2);
@@ -23,7 +25,18 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) 
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rotary(q, ctx.rope.at(0));
   k = apply_rotary(k, ctx.rope.at(0));
+  return {q, k, v};
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  auto [q, k, v] = qkv(x, ctx);
   return o_proj->forward(sequence_attention(q, k, v, ctx.layout));
+}
+
+at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
+  auto [q, k, v] = qkv(x, ctx);
+  auto& state = ctx.cache->state<KvState>(this, [] { return std::make_unique<KvState>(); });
+  return o_proj->forward(cached_attention(q, k, v, state, ctx));
 }
 
 double AttentionImpl::score_macs_per_token(int64_t seq_len) const {

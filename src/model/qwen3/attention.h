@@ -4,6 +4,8 @@
 // Legend: B rows, S positions, H hidden, Nh query heads, Nkv key/value heads, D head_dim.
 #pragma once
 
+#include <array>
+
 #include "model/family.h"
 
 namespace glint {
@@ -13,11 +15,17 @@ class AttentionImpl : public AttentionModule {
   AttentionImpl(const ModelConfig& c, const TensorPlacement& place);
   // x [B,S,H] -> [B,S,H]; RoPE from ctx.rope[0].
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
+  bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
 
   int64_t num_heads, num_kv_heads, head_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  // q [B,Nh,S,D], k, v [B,Nkv,S,D] of x [B,S,H], RoPE applied.
+  std::array<at::Tensor, 3> qkv(const at::Tensor& x, const LayerContext& ctx);
 };
 TORCH_MODULE(Attention);
 

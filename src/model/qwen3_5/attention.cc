@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/decode_cache.h"
 #include "model/qwen3_5/gated_delta.h"
 
 namespace glint {
@@ -32,7 +33,7 @@ at::Tensor partial_rotary(const at::Tensor& x, const RotaryTables& rope, int64_t
 }
 }  // namespace
 
-at::Tensor GatedAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+std::array<at::Tensor, 4> GatedAttentionImpl::qkv_gate(const at::Tensor& x, const LayerContext& ctx) {
   const int64_t B = x.size(0), S = x.size(1), D = head_dim;
   // Per head [q | gate]: [B,S,Nh,2D] -> q, gate [B,S,Nh,D].
   std::vector<at::Tensor> qg = q_proj->forward(x).view({B, S, num_heads, 2 * D}).split(D, -1);
@@ -41,8 +42,19 @@ at::Tensor GatedAttentionImpl::forward(const at::Tensor& x, const LayerContext& 
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, D}).transpose(1, 2);
   q = partial_rotary(q, ctx.rope.at(0), rotary_dim);
   k = partial_rotary(k, ctx.rope.at(0), rotary_dim);
+  return {q, k, v, qg[1].reshape({B, S, num_heads * D})};
+}
+
+at::Tensor GatedAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  auto [q, k, v, gate] = qkv_gate(x, ctx);
   at::Tensor o = sequence_attention(q, k, v, ctx.layout);  // [B,S,Nh*D]
-  return o_proj->forward(o * at::sigmoid(qg[1].reshape({B, S, num_heads * D})));
+  return o_proj->forward(o * at::sigmoid(gate));
+}
+
+at::Tensor GatedAttentionImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
+  auto [q, k, v, gate] = qkv_gate(x, ctx);
+  auto& state = ctx.cache->state<KvState>(this, [] { return std::make_unique<KvState>(); });
+  return o_proj->forward(cached_attention(q, k, v, state, ctx) * at::sigmoid(gate));
 }
 
 double GatedAttentionImpl::score_macs_per_token(int64_t seq_len) const {
@@ -104,13 +116,12 @@ GatedDeltaNetImpl::Projected GatedDeltaNetImpl::project(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
-  const int64_t B = x.size(0), S = x.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim, Dv = value_dim;
+GatedDeltaNetImpl::RuleInputs GatedDeltaNetImpl::rule_inputs(const at::Tensor& mixed, const Projected& in) {
+  const int64_t B = mixed.size(0), S = mixed.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim,
+                Dv = value_dim;
   const int64_t r = Hv / Hk;
-  Projected in = project(x);
-  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout));
   std::vector<at::Tensor> qkv = mixed.split_with_sizes({Hk * Dk, Hk * Dk, Hv * Dv}, -1);
-  auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto compute = mixed.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // L2 normalisation with the eps inside the root, added to the sum of squares.
   auto l2 = [&](const at::Tensor& t) {
     at::Tensor tf = t.to(compute);
@@ -125,9 +136,83 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& c
   at::Tensor v = qkv[2].view({B, S, Hv, Dv});
   at::Tensor beta = at::sigmoid(in.b.to(compute));                                                // [B,S,Hv]
   at::Tensor g = -at::exp(A_log.to(compute)) * at::softplus(in.a.to(compute) + dt_bias.to(compute));
-  at::Tensor o = gated_delta_rule(q.to(v.scalar_type()), k.to(v.scalar_type()), v, g, beta, ctx.layout);  // [B,S,Hv,Dv]
-  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(in.z.to(compute))).to(x.scalar_type());
-  return out_proj->forward(gated.reshape({B, S, Hv * Dv}));
+  return {q.to(v.scalar_type()), k.to(v.scalar_type()), v, g, beta};
+}
+
+at::Tensor GatedDeltaNetImpl::output(const at::Tensor& o, const Projected& in, c10::ScalarType dtype) {
+  const int64_t B = o.size(0), S = o.size(1);
+  auto compute = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(in.z.to(compute))).to(dtype);
+  return out_proj->forward(gated.reshape({B, S, value_heads * value_dim}));
+}
+
+at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  Projected in = project(x);
+  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout));
+  RuleInputs r = rule_inputs(mixed, in);
+  at::Tensor o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout);  // [B,S,Hv,Dv]
+  return output(o, in, x.scalar_type());
+}
+
+namespace {
+// GatedDeltaNet's decoding state per row.
+struct DeltaNetState : LayerState {
+  at::Tensor tail;   // [B,W-1,C]: the last W-1 convolution inputs (zeros before the row's start)
+  at::Tensor state;  // [B,Hv,Dk,Dv]: the recurrent state, in the compute dtype
+  void keep_rows(const at::Tensor& rows) override {
+    tail = tail.index_select(0, rows);
+    state = state.index_select(0, rows);
+  }
+};
+}  // namespace
+
+at::Tensor GatedDeltaNetImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
+  const DecodeCache& cache = *ctx.cache;
+  const int64_t B = x.size(0), S = x.size(1), Hv = value_heads, Dk = key_dim, Dv = value_dim;
+  const int64_t W = conv1d->weight.size(2), C = conv1d->weight.size(0);
+  const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto& st = ctx.cache->state<DeltaNetState>(this, [] { return std::make_unique<DeltaNetState>(); });
+  if (!st.tail.defined()) {
+    st.tail = at::zeros({B, W - 1, C}, x.options());
+    st.state = at::zeros({B, Hv, Dk, Dv}, x.options().dtype(compute));
+  }
+  Projected in = project(x);
+  // The convolution over [tail | new] [B,W-1+S,C], summed in causal_depthwise_conv1d's order.
+  at::Tensor window = at::cat({st.tail, in.qkv}, 1).to(compute);
+  at::Tensor w = conv1d->weight.to(compute).reshape({C, W});
+  at::Tensor conv = window.narrow(1, W - 1, S) * w.select(1, W - 1);
+  for (int64_t lag = 1; lag < W; ++lag) conv = conv + window.narrow(1, W - 1 - lag, S) * w.select(1, W - 1 - lag);
+  at::Tensor mixed = at::silu(conv.to(x.scalar_type()));
+  // Each row's new tail: the W-1 inputs before its first token that is not new.
+  std::vector<int64_t> starts;
+  for (int64_t n : cache.new_counts()) starts.push_back(n);
+  at::Tensor from = at::tensor(starts, at::kLong).to(x.device()).view({B, 1}) +
+                    at::arange(W - 1, at::TensorOptions().dtype(at::kLong).device(x.device())).view({1, W - 1});
+  st.tail = at::cat({st.tail, in.qkv}, 1).gather(1, from.unsqueeze(-1).expand({B, W - 1, C}));
+
+  RuleInputs r = rule_inputs(mixed, in);
+  at::Tensor o;  // [B,S,Hv,Dv]
+  if (cache.prefill()) {  // whole prompts: the chunked rule, which also returns where each row ends
+    o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout, 64, &st.state);
+  } else {  // token by token: St <- e^g St; delta = beta (v - St^T k); St += k delta^T; o = St^T q
+    std::vector<at::Tensor> outs;
+    at::Tensor q = r.q.to(compute), k = r.k.to(compute), v = r.v.to(compute);
+    at::Tensor decay = r.g.exp(), beta = r.beta;  // [B,S,Hv]
+    for (int64_t t = 0; t < S; ++t) {
+      at::Tensor kt = k.select(1, t).unsqueeze(-1);                                     // [B,Hv,Dk,1]
+      at::Tensor s = st.state * decay.select(1, t).unsqueeze(-1).unsqueeze(-1);        // [B,Hv,Dk,Dv]
+      at::Tensor remembered = (s * kt).sum(2);                                          // [B,Hv,Dv]
+      at::Tensor delta = beta.select(1, t).unsqueeze(-1) * (v.select(1, t) - remembered);
+      s = s + kt * delta.unsqueeze(2);
+      outs.push_back((s * q.select(1, t).unsqueeze(-1)).sum(2));                       // [B,Hv,Dv]
+      std::vector<int64_t> valid;
+      for (int64_t n : cache.new_counts()) valid.push_back(t < n);
+      at::Tensor keep = at::tensor(valid, at::kLong).gt(0).to(x.device()).view({B, 1, 1, 1});
+      st.state = at::where(keep, s, st.state);
+    }
+    o = at::stack(outs, 1).to(x.scalar_type());
+  }
+  return output(o, in, x.scalar_type());
 }
 
 double GatedDeltaNetImpl::score_macs_per_token(int64_t seq_len) const {

@@ -24,6 +24,8 @@
 // (2 Hk Dk + Hv Dv), W conv width.
 #pragma once
 
+#include <array>
+
 #include "model/family.h"
 
 namespace glint {
@@ -32,11 +34,17 @@ class GatedAttentionImpl : public AttentionModule {
  public:
   GatedAttentionImpl(const ModelConfig& c, const TensorPlacement& place);
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;  // RoPE: ctx.rope[0], R wide
+  at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
+  bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
 
   int64_t num_heads, num_kv_heads, head_dim, rotary_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // q_proj: [Nh*2D, H]
   RMSNorm q_norm{nullptr}, k_norm{nullptr};                                  // (1+w), [D]
+
+ private:
+  // q [B,Nh,S,D], k, v [B,Nkv,S,D] (RoPE applied) and the output gate [B,S,Nh*D] of x.
+  std::array<at::Tensor, 4> qkv_gate(const at::Tensor& x, const LayerContext& ctx);
 };
 TORCH_MODULE(GatedAttention);
 
@@ -56,6 +64,9 @@ class GatedDeltaNetImpl : public AttentionModule {
   GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& place,
                     DeltaNetProjections form);
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  // Keeps per row the last W-1 convolution inputs and the recurrent state [Hv,Dk,Dv].
+  at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
+  bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
 
   int64_t key_heads, value_heads, key_dim, value_dim;
@@ -77,6 +88,14 @@ class GatedDeltaNetImpl : public AttentionModule {
     at::Tensor b, a;  // [B,S,Hv]
   };
   Projected project(const at::Tensor& x);
+  // The rule's inputs from the convolved, activated channels mixed [B,S,C]: q, k
+  // [B,S,Hv,Dk] (normalised, q scaled), v [B,S,Hv,Dv], g, beta [B,S,Hv].
+  struct RuleInputs {
+    at::Tensor q, k, v, g, beta;
+  };
+  RuleInputs rule_inputs(const at::Tensor& mixed, const Projected& in);
+  // The gated norm and out_proj of the rule's output o [B,S,Hv,Dv] -> [B,S,H].
+  at::Tensor output(const at::Tensor& o, const Projected& in, c10::ScalarType dtype);
 };
 TORCH_MODULE(GatedDeltaNet);
 

@@ -77,7 +77,9 @@ at::Tensor offsets_in_sequence(const SequenceLayout& layout) {
 // part of (beta K K^T) * e^{G_i - G_j} (the WY form of the chunk's products of
 // Householder-like updates). So a chunk costs a few [L,L] and [L,D] products plus one
 // triangular solve, and only the state crosses chunks. Every exponent is <= 0.
-at::Tensor chunked_delta_rule(const at::Tensor& x, int64_t L, int64_t Dk, int64_t Dv) {
+// With final_state non-null it receives the state after the last position [N,H,Dk,Dv]
+// (padding leaves the state as it was).
+at::Tensor chunked_delta_rule(const at::Tensor& x, int64_t L, int64_t Dk, int64_t Dv, at::Tensor* final_state) {
   const int64_t N = x.size(0), P = x.size(1), H = x.size(2), F = x.size(3), K = P / L;
   GLINT_ASSERT(K * L == P && F == 2 * Dk + Dv + 2, "chunked rule over P=", P, ", L=", L, ", F=", F);
   at::Tensor xc = x.transpose(1, 2).reshape({N, H, K, L, F});
@@ -119,11 +121,12 @@ at::Tensor chunked_delta_rule(const at::Tensor& x, int64_t L, int64_t Dk, int64_
     at::Tensor o = at::matmul(intras[c], u);
     if (state.defined()) o = o + at::matmul(qs[c], state);
     outs.push_back(o);
-    if (c + 1 < K) {
+    if (c + 1 < K || final_state) {
       at::Tensor added = at::matmul(ks[c].transpose(-1, -2), u);
       state = state.defined() ? state * decays[c] + added : added;
     }
   }
+  if (final_state) *final_state = state;
   return at::stack(outs, 2).reshape({N, H, P, Dv}).transpose(1, 2);
 }
 
@@ -166,7 +169,8 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
 }
 
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
-                            const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk) {
+                            const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk,
+                            at::Tensor* final_state) {
   GLINT_CHECK(q.dim() == 4, "gated_delta_rule: q must be [B,S,Hv,Dk], got ", q.sizes());
   const int64_t B = q.size(0), S = q.size(1), H = q.size(2), Dk = q.size(3);
   GLINT_CHECK(k.sizes() == q.sizes(), "gated_delta_rule: k is ", k.sizes(), " but q is ", q.sizes());
@@ -194,6 +198,7 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
     int64_t length;
     at::Tensor in;   // [b, length, Hv, F]
     at::Tensor out;  // [b, length, Hv, Dv]; undefined for padding
+    at::Tensor state;  // [b, Hv, Dk, Dv] after its last token, when final_state is asked for
   };
   std::vector<std::vector<Span>> blocks = spans_per_block(layout);
   std::vector<at::Tensor> block_rows = rows_per_block(packed, layout);
@@ -206,7 +211,7 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
     std::vector<at::Tensor> cut =
         lengths.size() == 1 ? std::vector<at::Tensor>{block_rows[b]} : block_rows[b].split_with_sizes(lengths, 1);
     for (size_t i = 0; i < cut.size(); ++i) {
-      pieces.push_back({b, lengths[i], cut[i], at::Tensor()});
+      pieces.push_back({b, lengths[i], cut[i], at::Tensor(), at::Tensor()});
       if (!blocks[b][i].padding && lengths[i] > 0) batches[chunk_shape(lengths[i], chunk)].push_back(pieces.size() - 1);
     }
   }
@@ -220,11 +225,16 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
       inputs.push_back(piece.length == P ? piece.in : at::constant_pad_nd(piece.in, {0, 0, 0, 0, 0, P - piece.length}));
       counts.push_back(piece.in.size(0));
     }
-    at::Tensor out = chunked_delta_rule(inputs.size() == 1 ? inputs[0] : at::cat(inputs, 0), L, Dk, Dv);
+    at::Tensor state;
+    at::Tensor out = chunked_delta_rule(inputs.size() == 1 ? inputs[0] : at::cat(inputs, 0), L, Dk, Dv,
+                                        final_state ? &state : nullptr);
     std::vector<at::Tensor> outs = members.size() == 1 ? std::vector<at::Tensor>{out} : out.split_with_sizes(counts, 0);
+    std::vector<at::Tensor> states;
+    if (final_state) states = members.size() == 1 ? std::vector<at::Tensor>{state} : state.split_with_sizes(counts, 0);
     for (size_t j = 0; j < members.size(); ++j) {
       Piece& piece = pieces[members[j]];
       piece.out = piece.length == P ? outs[j] : outs[j].split_with_sizes({piece.length, P - piece.length}, 1)[0];
+      if (final_state) piece.state = states[j];
     }
   }
 
@@ -236,6 +246,14 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
   std::vector<at::Tensor> rows;
   for (auto& parts : per_block) rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 1));
   at::Tensor o = rows.size() == 1 ? rows[0] : at::cat(rows, 0);  // [B,S,Hv,Dv]
+  if (final_state) {  // each block's last sequence's state
+    std::vector<at::Tensor> last(blocks.size());
+    for (const Piece& piece : pieces)
+      if (piece.state.defined()) last[piece.block] = piece.state;
+    for (size_t b = 0; b < blocks.size(); ++b)
+      if (!last[b].defined()) last[b] = at::zeros({block_rows[b].size(0), H, Dk, Dv}, packed.options());
+    *final_state = last.size() == 1 ? last[0] : at::cat(last, 0);  // [B,Hv,Dk,Dv]
+  }
   return o.to(q.scalar_type());
 }
 

@@ -32,8 +32,12 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
 // Computed chunk-wise (`chunk` tokens at a time, a loop over chunks carrying the state) in
 // float32, or float64 for float64 inputs; returned in q's dtype. Differentiable in all five
 // inputs. Outputs at padding tokens are zero.
+// With final_state non-null, also sets it to each row's state after the last token of its
+// last non-padding sequence, [B,Hv,Dk,Dv] in the compute dtype (zeros for a row of padding
+// only): where incremental decoding carries on.
 // REQUIRES: B == layout.rows, S == layout.seq_len, chunk >= 1.
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
-                            const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk = 64);
+                            const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk = 64,
+                            at::Tensor* final_state = nullptr);
 
 }  // namespace glint
