@@ -26,6 +26,7 @@ void MetricsLog::reset() {
   offset_ = line_no_ = records_ = bad_lines_ = first_bad_line_ = 0;
   last_step_ = 0;
   pending_tail_ = false;
+  took_tail_ = false;
 }
 
 const MetricColumn& MetricsLog::column(const std::string& field) const {
@@ -75,6 +76,11 @@ void MetricsLog::refresh() {
   while ((n = std::fread(block.data(), 1, block.size(), f.get())) > 0) {
     buf.append(block.data(), n);
     size_t start = 0;
+    if (took_tail_ && buf[0] == '\n') {  // the newline of the line taken last time
+      start = 1;
+      offset_ += 1;
+    }
+    took_tail_ = false;
     for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
       take_line(buf.data() + start, buf.data() + nl);
       offset_ += int64_t(nl + 1 - start);
@@ -87,6 +93,7 @@ void MetricsLog::refresh() {
     if (nlohmann::json::accept(buf)) {
       take_line(buf.data(), buf.data() + buf.size());
       offset_ += int64_t(buf.size());
+      took_tail_ = true;
     } else {
       pending_tail_ = true;
     }

@@ -64,6 +64,7 @@ class MetricsLog {
   int64_t bad_lines_ = 0;
   int64_t first_bad_line_ = 0;
   bool pending_tail_ = false;
+  bool took_tail_ = false;  // the last refresh took a line whose newline had not come yet
 };
 
 }  // namespace glint

@@ -286,6 +286,13 @@ TEST(Report, AWriterReadsAppendedLinesAndStartsAgainOnARewrittenFile) {
   EXPECT_NE(read(d + "/report.html").find("incomplete"), std::string::npos);
   std::ofstream(d + "/metrics.jsonl", std::ios::app) << "ss\":1.5}\n";
   EXPECT_EQ(loss_points(), 41u);
+  // A whole record whose newline has not come yet is taken; the newline is not a line.
+  std::ofstream(d + "/metrics.jsonl", std::ios::app) << "{\"step\":42,\"loss\":1.0}";
+  EXPECT_EQ(loss_points(), 42u);
+  std::ofstream(d + "/metrics.jsonl", std::ios::app) << "\nnot json\n";
+  EXPECT_EQ(loss_points(), 42u);
+  EXPECT_NE(read(d + "/report.html").find("1 line skipped (not a JSON record with a numeric step; the first is line 43)"),
+            std::string::npos);
   // A resumed run drops the records after its checkpoint: the file is replaced, shorter.
   glint::write_text_atomic(d + "/metrics.jsonl", run_records(25));
   EXPECT_EQ(loss_points(), 25u);
