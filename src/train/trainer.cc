@@ -23,6 +23,7 @@
 #include "data/synthetic.h"
 #include "data/text_dataset.h"
 #include "dist/comm.h"
+#include "generate/generate.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
@@ -478,43 +479,6 @@ double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std:
   return norm;
 }
 
-std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
-                                                  const std::vector<std::vector<int64_t>>& prompts,
-                                                  int64_t max_new, int64_t eos, int64_t pad) {
-  at::NoGradGuard no_grad;
-  int64_t B = prompts.size();
-  std::vector<std::vector<int64_t>> seqs = prompts, out(B);
-  std::vector<bool> done(B, false);
-  for (int64_t t = 0; t < max_new; ++t) {
-    int64_t S = 0;
-    for (const auto& s : seqs) S = std::max<int64_t>(S, s.size());
-    at::Tensor ids = at::full({B, S}, pad, at::kLong), pos = at::zeros({B, S}, at::kLong),
-               seg = at::full({B, S}, -1, at::kLong);
-    for (int64_t b = 0; b < B; ++b)
-      for (size_t i = 0; i < seqs[b].size(); ++i) {
-        ids[b][i] = seqs[b][i];
-        pos[b][i] = int64_t(i);
-        seg[b][i] = 0;
-      }
-    at::Tensor hidden = model.forward(ids, pos, seg).hidden;  // [B,S,H]
-    at::Tensor last_pos = at::empty({B}, at::kLong);
-    for (int64_t b = 0; b < B; ++b) last_pos[b] = int64_t(seqs[b].size()) - 1;
-    at::Tensor last = hidden.index({at::arange(B), last_pos.to(hidden.device())});  // [B,H]
-    at::Tensor next = model.logits(last).argmax(-1).to(at::kCPU);
-    bool all_done = true;
-    for (int64_t b = 0; b < B; ++b) {
-      if (done[b]) continue;
-      int64_t tok = next[b].item<int64_t>();
-      out[b].push_back(tok);
-      seqs[b].push_back(tok);
-      if (tok == eos) done[b] = true;
-      all_done &= done[b];
-    }
-    if (all_done) break;
-  }
-  return out;
-}
-
 double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   ReverseDigitsTask task;
   std::vector<Sample> held_out = task.generate(count, seed);
@@ -522,8 +486,14 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   for (const auto& s : held_out) prompts.push_back(ReverseDigitsTask::prompt_of(s));
   if (fsdp_) fsdp_->gather(fsdp_->root_unit());
   lora_.train(false);  // no dropout while evaluating
-  auto generated = greedy_generate(*model_, prompts, task.max_digits + 1, ReverseDigitsTask::kEos,
-                                   ReverseDigitsTask::kPad);
+  std::vector<GenerationRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].sampling.max_new_tokens = task.max_digits + 1;
+    requests[i].sampling.stop_token_ids = {ReverseDigitsTask::kEos};
+  }
+  std::vector<std::vector<int64_t>> generated;
+  for (GenerationResult& r : generate(*model_, requests)) generated.push_back(std::move(r.tokens));
   if (fsdp_) fsdp_->release(fsdp_->root_unit());
   lora_.train(true);
   int64_t correct = 0;

@@ -272,10 +272,4 @@ class Trainer {
   std::vector<std::string> report_;  // setup_report()
 };
 
-// Greedy completion of each prompt for up to max_new tokens (stops at `eos`); runs the
-// full forward once per generated token. Returns the generated ids per prompt.
-std::vector<std::vector<int64_t>> greedy_generate(CausalLMImpl& model,
-                                                  const std::vector<std::vector<int64_t>>& prompts,
-                                                  int64_t max_new, int64_t eos, int64_t pad);
-
 }  // namespace glint

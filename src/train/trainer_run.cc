@@ -14,6 +14,7 @@
 #include "core/stop_signal.h"
 #include "dist/comm.h"
 #include "train/metrics.h"
+#include "train/report.h"
 #include "train/trainer.h"
 
 namespace glint {
@@ -47,7 +48,18 @@ void Trainer::run() {
       make_dirs(opt_.output + "/" + t->spec.adapter.name);
       tenant_metrics[t->spec.adapter.name] = open_metrics(opt_.output + "/" + t->spec.adapter.name + "/metrics.jsonl", t->step);
     }
+  // OUT/report.html, refreshed with every readable line (glint plot draws the same). A
+  // failure to draw it is reported once and never stops the training.
+  std::unique_ptr<ReportWriter> report;
+  std::string report_error;
+  if (lead) report = std::make_unique<ReportWriter>(opt_.output);
   Progress progress(lead ? opt_.steps - start_step_ : 0);
+  auto refresh_report = [&] {
+    if (!report) return;
+    std::string error = report->try_write();
+    if (!error.empty() && report_error.empty()) progress.line("report.html not written: " + error);
+    report_error = error;
+  };
   auto say = [&](const std::string& line) {
     if (lead) progress.line(line);
   };
@@ -182,6 +194,7 @@ void Trainer::run() {
         }
         window = Window();
         tenant_window.clear();
+        refresh_report();
       }
     }
     if (stopping || (opt_.save_every > 0 && (s % opt_.save_every == 0 || s == opt_.steps))) {
@@ -190,6 +203,7 @@ void Trainer::run() {
     }
     if (stopping) {
       stopped_ = true;
+      refresh_report();
       if (lead) progress.finish();
  const int sig = StopSignals::received();
       say(std::string("stopped by ") +
@@ -202,6 +216,7 @@ void Trainer::run() {
     save();  // collective when layers are sharded
     return;
   }
+  refresh_report();
   progress.finish();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step %lld -> %.4f at step %lld in %s", first_loss,
                         (long long)(start_step_ + 1), last_loss, (long long)opt_.steps,
