@@ -18,9 +18,9 @@ using glint::testing::launch;
 using glint::testing::make_data;
 using glint::testing::make_model;
 using glint::testing::read_jsonl;
+using glint::testing::rel;
 using glint::testing::RunResult;
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(1e-300, std::max(std::abs(a), std::abs(b))); }
 
 // Mean next-token cross-entropy of the first `count` samples of `data`, one sample at a
 // time, with the adapter in `adapter` on the model in `model`: log-softmax by hand.

@@ -31,9 +31,9 @@ using glint::testing::launch;
 using glint::testing::make_data;
 using glint::testing::make_model;
 using glint::testing::read_jsonl;
+using glint::testing::rel;
 using glint::testing::RunResult;
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(1e-300, std::max(std::abs(a), std::abs(b))); }
 
 // Largest relative difference ||a - b|| / ||a|| over the tensors of two files with the
 // same keys.

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -53,6 +55,11 @@ inline std::string make_data(const std::string& path, int lines, int seed) {
     out << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
   }
   return path;
+}
+
+// |a - b| relative to the larger magnitude.
+inline double rel(double a, double b) {
+  return std::abs(a - b) / std::max(1e-300, std::max(std::abs(a), std::abs(b)));
 }
 
 }  // namespace glint::testing
