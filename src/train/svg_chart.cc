@@ -45,8 +45,11 @@ bool draws_markers(const ChartSeries& s) { return (s.markers && s.x.size() <= kM
 
 ChartAxis nice_axis(double lo, double hi, int target, bool integer) {
   GLINT_ASSERT(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "axis range [", lo, ", ", hi, "]");
-  if (!(hi > lo)) {
-    const double pad = integer ? 1.0 : (lo == 0 ? 1.0 : std::abs(lo) * 0.1);
+  // A range within rounding of one value (a constant learning rate, say) is one value:
+  // steps below the values' resolution would never advance the tick loop.
+  const double scale = std::max(std::abs(lo), std::abs(hi));
+  if (!(hi - lo > 1e-9 * scale)) {
+    const double pad = integer ? 1.0 : (scale == 0 ? 1.0 : scale * 0.1);
     lo -= pad;
     hi += pad;
   }
@@ -66,7 +69,8 @@ ChartAxis nice_axis(double lo, double hi, int target, bool integer) {
   axis.step = step;
   axis.lo = a * step;
   axis.hi = b * step;
-  for (double i = a; i <= b + 0.5; ++i) axis.ticks.push_back(i * step);
+  const int64_t n = std::min<int64_t>(int64_t(b - a), 1000);  // target ticks, never unbounded
+  for (int64_t k = 0; k <= n; ++k) axis.ticks.push_back((a + double(k)) * step);
   return axis;
 }
 

@@ -419,6 +419,12 @@ TEST(ReportChart, NiceAxesEndOnRoundTicks) {
   glint::ChartAxis flat = glint::nice_axis(2e-4, 2e-4, 5);
   EXPECT_LT(flat.lo, 2e-4);
   EXPECT_GT(flat.hi, 2e-4);
+  // Two values one rounding apart (a constant learning rate recomputed): a flat axis
+  // with a few ticks, not steps below the values' resolution.
+  glint::ChartAxis nearly = glint::nice_axis(0.01, 0.01 + 1.7e-18, 5);
+  EXPECT_LT(nearly.lo, 0.01);
+  EXPECT_GT(nearly.hi, 0.01);
+  EXPECT_LE(nearly.ticks.size(), 12u);
 }
 
 TEST(ReportChart, TickLabelsAreShortAndDistinct) {
