@@ -30,7 +30,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libgloo-dev libopenblas0-pthread
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libgoogle-perftools-dev
-          libpcre2-dev libicu-dev
+          libpcre2-dev libicu-dev libcpp-httplib-dev
           openmpi-bin)
 # The reference tests (tests/reference) install npm packages: Node.js and npm, from
 # Debian where the machine has none.

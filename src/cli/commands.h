@@ -31,6 +31,8 @@ Action add_template(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 // glint generate (src/cli/generate_cmd.cc).
 Action add_generate(CLI::App& app);
+// glint serve (src/cli/serve_cmd.cc).
+Action add_serve(CLI::App& app);
 // glint plot (src/cli/plot_cmd.cc).
 Action add_plot(CLI::App& app);
 // Adds `bench tokenize` under `bench`; *action runs it when that subcommand was parsed.

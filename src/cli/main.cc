@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   add(glint::cli::add_template);
   add(glint::cli::add_tokenize);
   add(glint::cli::add_generate);
+  add(glint::cli::add_serve);
   add(glint::cli::add_plot);
   try {
     // CLI11 parses in reverse order; expand --config of the subcommand first.

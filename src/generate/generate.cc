@@ -136,7 +136,7 @@ std::vector<GenerationResult> generate(CausalLMImpl& model, const std::vector<Ge
       if (options.keep_logits) kept_logits[n].push_back(host[b].clone());
       seqs[n].push_back(token);
       if (on_token) on_token(n, token);
-      if (samplers[n].is_stop(token)) {
+      if (samplers[n].is_stop(res.tokens)) {
         res.stop = StopReason::kStopToken;
       } else if (int64_t(res.tokens.size()) < sp.max_new_tokens) {
         still.push_back(int64_t(b));

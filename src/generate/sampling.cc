@@ -18,10 +18,22 @@ void SamplingParams::validate(const std::string& where) const {
   GLINT_CHECK(top_k >= 0, where, ": top_k must be >= 0 (0: off), got ", top_k);
   GLINT_CHECK(top_p > 0 && top_p <= 1, where, ": top_p must be in (0, 1] (1: off), got ", top_p);
   for (int64_t id : stop_token_ids) GLINT_CHECK(id >= 0, where, ": stop token id ", id, " is negative");
+  for (const auto& seq : stop_sequences) {
+    GLINT_CHECK(!seq.empty(), where, ": an empty stop sequence");
+    for (int64_t id : seq) GLINT_CHECK(id >= 0, where, ": stop sequence token id ", id, " is negative");
+  }
 }
 
 TokenSampler::TokenSampler(const SamplingParams& params)
     : params_(params), generator_(at::detail::createCPUGenerator(params.seed)) {}
+
+bool TokenSampler::is_stop(const std::vector<int64_t>& generated) const {
+  if (generated.empty()) return false;
+  if (is_stop(generated.back())) return true;
+  for (const auto& seq : params_.stop_sequences)
+    if (seq.size() <= generated.size() && std::equal(seq.rbegin(), seq.rend(), generated.rbegin())) return true;
+  return false;
+}
 
 bool TokenSampler::is_stop(int64_t token) const {
   return std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), token) !=

@@ -19,6 +19,8 @@ struct SamplingParams {
   double top_p = 1.0;            // then among the fewest most likely whose mass reaches p (1: all)
   uint64_t seed = 0;             // the request's random stream
   std::vector<int64_t> stop_token_ids;  // a generated one ends the request (and is kept)
+  // Generated tokens ending with one of these ends the request (the sequence is kept).
+  std::vector<std::vector<int64_t>> stop_sequences;
   // Throws glint::Error naming `where` and the bad field and value.
   void validate(const std::string& where) const;
   bool greedy() const { return temperature == 0.0; }
@@ -34,6 +36,8 @@ class TokenSampler {
   // token. Sampling draws exactly one uniform number from the stream per token.
   int64_t choose(const double* logits, int64_t vocab);
   bool is_stop(int64_t token) const;
+  // Whether the generated tokens so far end the request (a stop token or sequence last).
+  bool is_stop(const std::vector<int64_t>& generated) const;
 
  private:
   SamplingParams params_;

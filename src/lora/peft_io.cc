@@ -149,28 +149,11 @@ void save_adapter(const std::string& dir, LoraModel& lora, const std::string& ba
   write_text_atomic(dir + "/" + kConfigFile, adapter_config_json(lora.options, base).dump(2) + "\n");
 }
 
-LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
-  LoraOptions o = lora_options_from_adapter_config(dir + "/" + kConfigFile);
-  // The router biases are checked before anything changes: a bad file leaves the model as it was.
-  std::vector<std::pair<at::Tensor, at::Tensor>> biases;  // (the model's buffer, its saved value)
-  const std::string bpath = dir + "/" + kRouterBiasesFile;
-  if (path_exists(bpath)) {
-    SafetensorsFile file(bpath);
-    std::set<std::string> known;
-    for (auto& [name, bias] : router_biases(model)) {
-      known.insert(name);
-      GLINT_CHECK(file.contains(name), bpath, ": missing key '", name, "'");
-      at::Tensor t = file.read(name);
-      GLINT_CHECK(t.sizes() == bias.sizes(), bpath, ": key '", name, "' has shape ", t.sizes(), ", expected ",
-                  bias.sizes());
-      biases.emplace_back(bias, t);
-    }
-    for (const auto& key : file.keys())
-      GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
-  }
-  LoraModel lora = apply_lora(model, o, /*seed=*/0);
-  std::string wpath = dir + "/" + kWeightsFile;
+void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalLMImpl& model) {
+  const std::string wpath = dir + "/" + kWeightsFile;
   SafetensorsFile file(wpath);
+  // Every tensor is read and checked before any is written: a bad file changes nothing.
+  std::vector<std::pair<at::Tensor*, at::Tensor>> reads;
   std::set<std::string> used;
   const auto& targets = lora.options.target_parameters;
   for (auto& s : lora.sites) {
@@ -192,14 +175,38 @@ LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
       }
       GLINT_CHECK(t.sizes() == dst.sizes(), wpath, ": key '", key, "' has shape ", t.sizes(),
                   ", expected ", dst.sizes());
-      at::NoGradGuard no_grad;
-      dst.copy_(t);
+      reads.emplace_back(&dst, t);
       used.insert(key);
     }
   }
   for (const auto& key : file.keys())
     GLINT_CHECK(used.count(key), wpath, ": unexpected key '", key,
                 "' (not a LoRA site of this model with this adapter_config.json)");
+  at::NoGradGuard no_grad;
+  for (auto& [dst, t] : reads) dst->copy_(t);
+}
+
+LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
+  LoraOptions o = lora_options_from_adapter_config(dir + "/" + kConfigFile);
+  // The router biases are checked before anything changes: a bad file leaves the model as it was.
+  std::vector<std::pair<at::Tensor, at::Tensor>> biases;  // (the model's buffer, its saved value)
+  const std::string bpath = dir + "/" + kRouterBiasesFile;
+  if (path_exists(bpath)) {
+    SafetensorsFile file(bpath);
+    std::set<std::string> known;
+    for (auto& [name, bias] : router_biases(model)) {
+      known.insert(name);
+      GLINT_CHECK(file.contains(name), bpath, ": missing key '", name, "'");
+      at::Tensor t = file.read(name);
+      GLINT_CHECK(t.sizes() == bias.sizes(), bpath, ": key '", name, "' has shape ", t.sizes(), ", expected ",
+                  bias.sizes());
+      biases.emplace_back(bias, t);
+    }
+    for (const auto& key : file.keys())
+      GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
+  }
+  LoraModel lora = apply_lora(model, o, /*seed=*/0);
+  read_adapter_weights(dir, lora, model);
   for (auto& [bias, value] : biases) bias.copy_(value);
   return lora;
 }

@@ -52,6 +52,11 @@ void save_adapter(const std::string& dir, LoraModel& lora,
 // since the base model's routers route differently without them.
 inline constexpr const char* kRouterBiasesFile = "router_biases.safetensors";
 
+// Fills the tensors of `lora` (an adapter of `model`, perhaps expert-parallel) from the
+// adapter file in `dir`, whose keys and shapes must be exactly its sites'. Throws
+// glint::Error naming the file and key before changing anything.
+void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalLMImpl& model);
+
 // Attaches the adapter stored in `dir` to `model` (replacing nothing: the model must have
 // no adapters), and copies dir/router_biases.safetensors over the model's router biases
 // when the adapter has one. Missing, unexpected or wrongly shaped keys throw glint::Error

@@ -19,6 +19,8 @@ class CheckpointRunner : public RecomputeRunner {
   explicit CheckpointRunner(std::vector<std::vector<at::Tensor>> trainable)
       : trainable_(std::move(trainable)) {}
   std::vector<at::Tensor> grad_inputs(int64_t index) override { return trainable_.at(index); }
+  // The layers' tensors anew (adapters came or went).
+  void set_trainable(std::vector<std::vector<at::Tensor>> trainable) { trainable_ = std::move(trainable); }
 
  private:
   std::vector<std::vector<at::Tensor>> trainable_;

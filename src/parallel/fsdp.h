@@ -51,6 +51,8 @@ class FsdpRunner : public RecomputeRunner {
   void before_compute(int64_t index, bool in_backward) override;
   void after_compute(int64_t index) override { release(index); }
   std::vector<at::Tensor> grad_inputs(int64_t index) override;
+  // The replicated tensors each layer uses anew (adapters came or went).
+  void set_adapters(std::vector<std::vector<at::Tensor>> adapters) { adapters_ = std::move(adapters); }
   int64_t num_shards(int64_t index) const override;
   std::vector<at::Tensor>* shard_params(int64_t index) override;
   // Starts the reduce-scatter of layer `index`'s gradients; returns undefined tensors.

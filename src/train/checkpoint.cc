@@ -57,22 +57,14 @@ void diff(const nlohmann::json& a, const nlohmann::json& b, const std::string& a
 
 }  // namespace
 
-std::string save_checkpoint(Comm& comm, const std::string& run_dir, const CheckpointContent& content,
-                            int64_t keep_last) {
+void write_state_directory(Comm& comm, const std::string& partial, const std::string& final_dir,
+                           const CheckpointContent& content) {
   const bool lead = comm.rank() == 0;
-  const std::string root = run_dir + "/checkpoints", name = "step-" + std::to_string(content.step);
-  const std::string partial = root + "/." + name + ".partial", final_dir = root + "/" + name;
   try {
-    // Rank 0 clears what an interrupted save left and makes the directory the ranks fill.
     run_collectively(comm, [&] {
       if (!lead) return;
-      make_dirs(root);
-      GLINT_CHECK(!path_exists(final_dir), final_dir, ": a checkpoint of this step exists already");
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(root, ec)) {
-        const std::string n = e.path().filename().string();
-        if (n.size() > 9 && n[0] == '.' && n.compare(n.size() - 8, 8, ".partial") == 0) remove_quietly(e.path().string());
-      }
+      GLINT_CHECK(!path_exists(final_dir), final_dir, ": exists already");
+      remove_quietly(partial);
       make_dirs(partial);
     });
     run_collectively(comm, [&] {
@@ -99,21 +91,43 @@ std::string save_checkpoint(Comm& comm, const std::string& run_dir, const Checkp
       write_text_atomic(partial + "/manifest.json", manifest.dump(1));
       std::error_code ec;
       fs::rename(partial, final_dir, ec);
-      GLINT_CHECK(!ec, final_dir, ": cannot rename the finished checkpoint into place (", ec.message(), ")");
-      write_text_atomic(root + "/latest", name + "\n");
-      if (keep_last > 0) {
-        std::map<int64_t, std::string> all = complete_checkpoints(root);
-        int64_t excess = int64_t(all.size()) - keep_last;
-        for (const auto& [step, dir] : all) {
-          if (excess-- <= 0) break;
-          if (dir != final_dir) remove_quietly(dir);
-        }
-      }
+      GLINT_CHECK(!ec, final_dir, ": cannot rename the finished directory into place (", ec.message(), ")");
     });
   } catch (...) {
     if (lead) remove_quietly(partial);
     throw;
   }
+}
+
+std::string save_checkpoint(Comm& comm, const std::string& run_dir, const CheckpointContent& content,
+                            int64_t keep_last) {
+  const bool lead = comm.rank() == 0;
+  const std::string root = run_dir + "/checkpoints", name = "step-" + std::to_string(content.step);
+  const std::string partial = root + "/." + name + ".partial", final_dir = root + "/" + name;
+  // Rank 0 clears what an interrupted save left.
+  run_collectively(comm, [&] {
+    if (!lead) return;
+    make_dirs(root);
+    GLINT_CHECK(!path_exists(final_dir), final_dir, ": a checkpoint of this step exists already");
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() > 9 && n[0] == '.' && n.compare(n.size() - 8, 8, ".partial") == 0) remove_quietly(e.path().string());
+    }
+  });
+  write_state_directory(comm, partial, final_dir, content);
+  run_collectively(comm, [&] {
+    if (!lead) return;
+    write_text_atomic(root + "/latest", name + "\n");
+    if (keep_last > 0) {
+      std::map<int64_t, std::string> all = complete_checkpoints(root);
+      int64_t excess = int64_t(all.size()) - keep_last;
+      for (const auto& [step, dir] : all) {
+        if (excess-- <= 0) break;
+        if (dir != final_dir) remove_quietly(dir);
+      }
+    }
+  });
   return final_dir;
 }
 

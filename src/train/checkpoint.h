@@ -44,6 +44,14 @@ struct CheckpointContent {
 std::string save_checkpoint(Comm& comm, const std::string& run_dir, const CheckpointContent& content,
                             int64_t keep_last);
 
+// Collective over `comm`: the mechanism under save_checkpoint, for any directory of
+// saved state. Rank 0 empties `partial`; every rank writes its pieces and index there;
+// rank 0 adds manifest.json and renames `partial` to `final_dir` (which must not exist).
+// A failure on any rank throws on every rank and leaves no `final_dir` and no `partial`.
+// find_checkpoint, verify_checkpoint and read_checkpoint_pieces read the result.
+void write_state_directory(Comm& comm, const std::string& partial, const std::string& final_dir,
+                           const CheckpointContent& content);
+
 // A complete checkpoint, opened for reading.
 struct CheckpointDir {
   std::string dir;          // .../checkpoints/step-N

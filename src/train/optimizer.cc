@@ -36,6 +36,22 @@ int64_t AdamW::state_bytes() const {
   return n;
 }
 
+void AdamW::set_options(const AdamWOptions& options) {
+  options.validate("AdamW");
+  options_ = options;
+}
+
+void AdamW::copy_state_from(const AdamW& other) {
+  GLINT_ASSERT(other.params_.size() == params_.size(), "copy_state_from: another optimizer's shape");
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    m_[i].copy_(other.m_[i]);
+    v_[i].copy_(other.v_[i]);
+    if (master_[i].defined()) master_[i].copy_(other.master(i));
+  }
+  step_ = other.step_;
+}
+
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;

@@ -28,6 +28,11 @@ class AdamW {
   // One update with learning rate `lr`; parameters without a gradient are skipped.
   void step(double lr);
   void zero_grad();
+  // Options for the next steps (a service tenant sends them with every update).
+  void set_options(const AdamWOptions& options);
+  const AdamWOptions& options() const { return options_; }
+  // Moments, masters and step count copied from an optimizer of like-shaped parameters.
+  void copy_state_from(const AdamW& other);
   int64_t steps_taken() const { return step_; }
   // A resumed run continues the bias correction from the saved count.
   void set_steps_taken(int64_t steps) { step_ = steps; }

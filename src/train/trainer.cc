@@ -56,6 +56,9 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
   GLINT_USAGE_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
   GLINT_USAGE_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
+  GLINT_USAGE_CHECK(service_slots == 0 || (tenants.empty() && data.empty() && !full && resume.empty()),
+                    "service mode trains the tenants it is sent: no --data, --tenant, --full or --resume");
+  GLINT_USAGE_CHECK(service_slots == 0 || service_r_max > 0, "--max-rank must be positive, got ", service_r_max);
   GLINT_USAGE_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
   GLINT_USAGE_CHECK(std::isfinite(router_aux_loss_coef), "--router-aux-loss-coef must be a number, got ",
                     router_aux_loss_coef);
@@ -125,7 +128,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   const c10::Device device = resolve_device(opt_.device, World::from_env().local_rank, "--device");
   TensorPlacement place{resolve_dtype(opt_.dtype, device, "--dtype"), device};
   std::unique_ptr<CheckpointReader> checkpoint;
-  builtin_task_ = opt_.data.empty() && opt_.tenants.empty();
+  const bool service = opt_.service_slots > 0;
+  builtin_task_ = !service && opt_.data.empty() && opt_.tenants.empty();
   const bool ep = opt_.ep > 1;
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config
@@ -173,7 +177,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   CollateOptions collate;
   collate.pack = opt_.pack;
   std::vector<std::vector<Sample>> tenant_data;
-  if (builtin_task_) {
+  if (service) {
+    collate.seq_len = model_->config.max_position_embeddings;
+  } else if (builtin_task_) {
     GLINT_CHECK(vocab >= ReverseDigitsTask::kVocabSize, "the built-in task needs a vocabulary of ",
                 ReverseDigitsTask::kVocabSize, " tokens; the model has ", vocab);
     ReverseDigitsTask task;
@@ -199,7 +205,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     }
   }
   data_.reset(new DataState{std::nullopt, collate});
-  if (opt_.tenants.empty()) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
+  if (opt_.tenants.empty() && !service) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
   // Validation sets, cut to the training length.
   auto load_eval = [&](const std::string& path) {
     int64_t pad = data_->collate.pad_id;
@@ -231,6 +237,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     }
   } else if (!opt_.tenants.empty()) {
     setup_tenants(std::move(tenant_data), std::move(tenant_eval));
+  } else if (service) {  // tenants come later (add_service_tenant)
+    bank_ = std::make_unique<TenantBank>(*model_, opt_.service_slots, opt_.service_r_max);
   } else {
     if (opt_.init_adapter.empty()) {
       lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
@@ -273,7 +281,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                                                                           : lora_.layer_parameters(l)));
     model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
   }
-  if (opt_.tenants.empty())  // tenants have their own
+  if (opt_.tenants.empty() && !service)  // tenants have their own
     optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
                                                                   opt_.adam.eps, opt_.weight_decay});
   schedule_.peak_lr = opt_.lr;
@@ -283,7 +291,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   // Dropout draws from the default generators: seeded per rank, saved in checkpoints.
   at::manual_seed(opt_.seed * 1000003 + uint64_t(comm_->rank()));
   if (!opt_.resume.empty()) resume(opt_.resume);
-  plan_memory();
+  if (service) micro_batch_size_ = opt_.micro_batch_size;  // 0: a rank's whole share at once
+  else plan_memory();
 }
 
 Trainer::~Trainer() = default;
@@ -375,16 +384,18 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
   return st;
 }
 
-void Trainer::all_reduce_grads() {
+void Trainer::all_reduce_grads() { all_reduce_grads(trainable_, placement_); }
+
+void Trainer::all_reduce_grads(std::vector<at::Tensor>& trainable, const std::vector<Placement>& placement) {
   // One flat buffer per (replica group, dtype): one collective per group per step. The
   // buckets go in the order of their first tensor, the same on every rank (never in the
   // order of the groups' addresses, which differ between processes: ranks would then
   // enter different collectives and wait on each other forever).
   std::vector<std::pair<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>>> buckets;
-  for (size_t i = 0; i < trainable_.size(); ++i) {
-    at::Tensor& p = trainable_[i];
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    at::Tensor& p = trainable[i];
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    Comm* group = placement_[i].replicas;
+    Comm* group = placement[i].replicas;
     if (!group || group->size() <= 1) continue;  // shards are reduced
     std::pair<Comm*, at::ScalarType> key{group, p.scalar_type()};
     auto it = std::find_if(buckets.begin(), buckets.end(), [&](const auto& b) { return b.first == key; });
@@ -459,6 +470,11 @@ void Trainer::write_gradients(const std::string& dir, int64_t step,
 }
 
 double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement) {
+  return clip_gradients(params, placement, opt_.max_grad_norm);
+}
+
+double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement,
+                               double max_norm) {
   // One rule for every placement: sum of squares over the tensors this rank holds, each
   // divided by how many ranks hold an identical copy, summed over the world.
   at::NoGradGuard no_grad;
@@ -471,8 +487,8 @@ double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std:
   at::Tensor total = at::tensor({local}, at::kDouble);
   comm_->all_reduce_sum(total);
   double norm = std::sqrt(total.item<double>());
-  if (opt_.max_grad_norm > 0 && norm > opt_.max_grad_norm) {
-    double coef = opt_.max_grad_norm / (norm + 1e-6);
+  if (max_norm > 0 && norm > max_norm) {
+    double coef = max_norm / (norm + 1e-6);
     for (const auto& p : params)
       if (p.grad().defined()) p.grad().mul_(coef);
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -107,11 +108,39 @@ struct TrainOptions {
                                  // or a checkpoint directory)
   std::string dump_gradients;    // if set: DIR/step_<k>.safetensors with every trainable
                                  // gradient after reduction, before clipping (for checks)
+  // Service mode (glint serve): no data and no schedule; room for this many LoRA tenants
+  // of rank up to service_r_max, added and removed while the model stays loaded
+  // (Trainer's service_* calls). 0: a training run.
+  int64_t service_slots = 0;
+  int64_t service_r_max = 0;
 
   void validate() const;  // throws glint::Error naming the flag
 };
 
 // What one optimizer step did.
+// One sequence of a service forward: a tenant's tokens and the targets each position
+// predicts (Tinker's Datum after the client's shift).
+struct ServiceRow {
+  int64_t slot = -1;             // the tenant's bank slot
+  std::vector<int64_t> tokens;   // N >= 1 token ids
+  std::vector<int64_t> targets;  // N: position i predicts targets[i]
+  // The row's objective from the log-probabilities of its targets, lp [N] (float64 for a
+  // float64 model, else float32; differentiable). Unset: forward only.
+  std::function<at::Tensor(const at::Tensor& lp)> objective;
+};
+
+struct ServiceForward {
+  std::vector<std::vector<double>> logprobs;  // per row: its N target log-probabilities
+  std::vector<double> objective;              // per row: its objective's value (0 without)
+};
+
+// One optimizer update of a service tenant (Tinker's AdamParams).
+struct ServiceStep {
+  double lr = 1e-4;
+  AdamWOptions adam;         // betas, eps, decoupled weight decay
+  double max_grad_norm = 0;  // 0: no clipping
+};
+
 struct StepStats {
   double loss = 0;         // mean label-token cross-entropy (before the update)
   double aux_loss = -1;    // load-balancing loss (mean over micro-batches); < 0 if unused
@@ -172,6 +201,35 @@ class Trainer {
   // Exact-match accuracy of greedy completions on held-out built-in task samples.
   double evaluate_exact_match(int64_t count, uint64_t seed);
 
+  // Service mode (TrainOptions::service_slots > 0; src/train/tenant_service.cc). Every
+  // call is collective: each rank makes it with the same arguments, in the same order.
+  // Adds a tenant with a fresh adapter (TenantOptions::seed); `trainable`: with an
+  // optimizer, else only for sampling. Throws glint::Error (no free slot, duplicate, bad
+  // rank or target) before anything changes.
+  void add_service_tenant(const TenantOptions& tenant, bool trainable);
+  void remove_service_tenant(const std::string& name);
+  TenantBank& tenant_bank() { return *bank_; }
+  // Forward (and backward with each row's objective) of rows of any tenants: each rank
+  // computes its contiguous share; gradients accumulate in the tenants' tensors (summed
+  // over ranks at service_optim_step). Every rank gets every row's log-probabilities.
+  ServiceForward service_forward(const std::vector<ServiceRow>& rows, bool backward);
+  // Applies and clears the gradients accumulated for tenant `name`; returns their norm
+  // before clipping. Its optimizer state is kept between calls.
+  double service_optim_step(const std::string& name, const ServiceStep& step);
+  int64_t service_steps_taken(const std::string& name) const;
+  // A tenant's whole state (adapter, and with `optimizer` its AdamW moments, masters and
+  // step count) into directory `dir`: rank files written by the ranks that own pieces,
+  // state.json last by rank 0. load_service_state reads it back on any mesh, the
+  // optimizer too when `optimizer` (else its moments restart from zero).
+  void save_service_state(const std::string& name, const std::string& dir, bool optimizer);
+  void load_service_state(const std::string& name, const std::string& dir, bool optimizer);
+  // A tenant's adapter as a PEFT directory (rank 0 writes), and a PEFT adapter read into a
+  // tenant of the same LoRA options.
+  void save_service_adapter(const std::string& name, const std::string& dir, const std::string& base_model);
+  void load_service_adapter(const std::string& name, const std::string& dir);
+  // generate() over the served model; every rank runs the same requests.
+  std::vector<struct GenerationResult> service_generate(const std::vector<struct GenerationRequest>& requests);
+
   CausalLMImpl& model() { return *model_; }
   LoraModel& lora() { return lora_; }
   const TrainOptions& options() const { return opt_; }
@@ -217,7 +275,8 @@ class Trainer {
   void setup_tenants(std::vector<std::vector<Sample>> data, std::vector<std::vector<Sample>> eval);
   std::vector<Batch> next_tenant_batches();
   StepStats step_tenants(const std::vector<Batch>& micro_batches);
-  void save_lora(LoraModel& lora, const std::string& dir);
+  // base_model: adapter_config.json's base_model_name_or_path ("" = the run's model).
+  void save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model = "");
   int64_t tenant_weight_bytes() const;
   struct TenantState {
     TenantSpec spec;
@@ -233,10 +292,22 @@ class Trainer {
     int64_t step = 0;  // its own optimizer steps so far
   };
   std::vector<std::unique_ptr<TenantState>> tenants_;
+  TenantState& service_tenant(const std::string& name) const;  // throws when absent
   std::unique_ptr<TenantBank> bank_;
   void save();
   void save_full_model();
   void all_reduce_grads();
+  // Sums the gradients of `params` over the ranks holding copies (one flat buffer per
+  // replica group and dtype); undefined gradients become zeros first.
+  void all_reduce_grads(std::vector<at::Tensor>& params, const std::vector<Placement>& placement);
+  // The pieces of trained tensors and their state (src/train/trainer_checkpoint.cc), logical names
+  // prefixed with `prefix`; `optimizer`: its AdamW state too.
+  void add_state_pieces(std::vector<struct StatePiece>& pieces, const std::vector<at::Tensor>& params,
+                         const std::vector<std::string>& names, AdamW* opt, bool fsdp_shards,
+                         const std::string& prefix);
+  // After tenants come or go: the layers' grad inputs (recompute, FSDP) are every
+  // tenant's tensors again.
+  void refresh_adapter_inputs();
   void dump_gradients(int64_t step);
   // Collective: writes DIR/step_<k>.safetensors on rank 0 with `named` gradients, expert
   // tensors gathered over the EP group first.
@@ -244,6 +315,8 @@ class Trainer {
   // The mesh-aware norm of the gradients of `params` (Σg² of each divided by its copies,
   // summed over the world); scales them to opt_.max_grad_norm when above. Collective.
   double clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement);
+  double clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement,
+                        double max_norm);
   // Expert tensors hold this EP rank's experts: all_gather over ep -> every expert.
   at::Tensor all_experts(const at::Tensor& local);
   TrainOptions opt_;

@@ -69,37 +69,43 @@ at::Generator device_generator(const c10::Device& d) {
 
 }  // namespace
 
+void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const std::vector<at::Tensor>& params,
+                                const std::vector<std::string>& names, AdamW* opt, bool fsdp_shards,
+                                const std::string& prefix) {
+  // Tensor i of `params` (named names[i]) and its optimizer state, each as the pieces of
+  // the logical tensor it is (or is a shard or expert slice of).
+  const bool lead = comm_->rank() == 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<std::pair<std::string, at::Tensor>> kinds = {{"param", params[i]}};
+    if (opt) {
+      kinds.emplace_back("exp_avg", opt->exp_avg()[i]);
+      kinds.emplace_back("exp_avg_sq", opt->exp_avg_sq()[i]);
+      if (opt->has_master(i)) kinds.emplace_back("master", opt->master(i));
+    }
+    for (auto& [kind, t] : kinds) {
+      GLINT_ASSERT(t.is_contiguous(), "state tensor ", names[i], " is not contiguous");
+      if (fsdp_shards) {
+        for (const FsdpRunner::ShardSpan& span : fsdp_->shard_spans(i))
+          pieces.push_back({kind + "/" + prefix + span.name, span.full_shape, span.full_offset,
+                            t.detach().reshape({-1}).narrow(0, span.shard_offset, span.count), true});
+      } else if (ep_comm_ && expert_tensor_names_.count(names[i])) {
+        pieces.push_back(slice_piece(kind + "/" + prefix + names[i], t, ep_comm_->rank(), ep_comm_->size(),
+                                     expert_replicas_->rank() == 0));
+      } else {
+        pieces.push_back(replicated_piece(kind + "/" + prefix + names[i], t, lead));
+      }
+    }
+  }
+}
+
 std::vector<StatePiece> Trainer::state_pieces() {
   std::vector<StatePiece> pieces;
   const bool lead = comm_->rank() == 0;
-  // Tensor i of `params` (named names[i]) and its optimizer state, each as the pieces of
-  // the logical tensor it is (or is a shard or expert slice of).
-  // `prefix` goes before the name in the logical name (a tenant's: "a/").
-  auto add = [&](const std::vector<at::Tensor>& params, const std::vector<std::string>& names, AdamW& opt,
-                 bool fsdp_shards, const std::string& prefix) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      std::vector<std::pair<std::string, at::Tensor>> kinds = {
-          {"param", params[i]}, {"exp_avg", opt.exp_avg()[i]}, {"exp_avg_sq", opt.exp_avg_sq()[i]}};
-      if (opt.has_master(i)) kinds.emplace_back("master", opt.master(i));
-      for (auto& [kind, t] : kinds) {
-        GLINT_ASSERT(t.is_contiguous(), "state tensor ", names[i], " is not contiguous");
-        if (fsdp_shards) {
-          for (const FsdpRunner::ShardSpan& span : fsdp_->shard_spans(i))
-            pieces.push_back({kind + "/" + prefix + span.name, span.full_shape, span.full_offset,
-                              t.detach().reshape({-1}).narrow(0, span.shard_offset, span.count), true});
-        } else if (ep_comm_ && expert_tensor_names_.count(names[i])) {
-          pieces.push_back(slice_piece(kind + "/" + prefix + names[i], t, ep_comm_->rank(), ep_comm_->size(),
-                                       expert_replicas_->rank() == 0));
-        } else {
-          pieces.push_back(replicated_piece(kind + "/" + prefix + names[i], t, lead));
-        }
-      }
-    }
-  };
   if (bank_) {
-    for (auto& t : tenants_) add(t->params, t->names, *t->optimizer, false, t->spec.adapter.name + "/");
+    for (auto& t : tenants_)
+      add_state_pieces(pieces, t->params, t->names, t->optimizer.get(), false, t->spec.adapter.name + "/");
   } else {
-    add(trainable_, trainable_names_, *optimizer_, opt_.full && fsdp_, "");
+    add_state_pieces(pieces, trainable_, trainable_names_, optimizer_.get(), opt_.full && fsdp_, "");
   }
   if (opt_.router_bias_update_rate > 0)
     for (auto& [name, bias] : router_biases(*model_)) pieces.push_back(replicated_piece("buffer/" + name, bias, lead));

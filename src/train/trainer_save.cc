@@ -75,8 +75,9 @@ void Trainer::save() {
     write_safetensors(opt_.output + "/adapter/" + kRouterBiasesFile, router_biases(*model_));
 }
 
-void Trainer::save_lora(LoraModel& lora, const std::string& dir) {
-  const std::string base = !opt_.model_dir.empty() ? opt_.model_dir
+void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model) {
+  const std::string base = !base_model.empty()        ? base_model
+                           : !opt_.model_dir.empty() ? opt_.model_dir
                            : opt_.model_config   ? "glint/random-" + model_->config.model_type
                                                  : opt_.output + "/base-model";
   if (!ep_comm_) {

@@ -1,0 +1,903 @@
+#include "serve/service.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "lora/lora.h"
+#include "lora/peft_io.h"
+#include "serve/losses.h"
+#include "serve/protocol.h"
+#include "train/optimizer.h"
+
+namespace glint {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+namespace {
+
+// A client's mistake: answered with `status` and the message (category "user").
+struct ClientError : std::runtime_error {
+  ClientError(int status, const std::string& what) : std::runtime_error(what), status(status) {}
+  int status;
+};
+
+HttpResponse reply(const json& body, int status = 200) { return {status, body.dump(), {}}; }
+HttpResponse error_reply(int status, const std::string& message) {
+  return {status, json{{"error", message}, {"category", "user"}}.dump(), {}};
+}
+
+std::string iso_time(std::time_t t) {
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::time_t mtime(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mtime : 0;
+}
+
+int phase_of(const std::string& kind) {
+  if (kind == "create" || kind == "load") return 0;
+  if (kind == "forward" || kind == "forward_backward") return 1;
+  if (kind == "optim") return 2;
+  if (kind == "save" || kind == "save_sampler") return 3;
+  return 5;  // unload
+}
+
+}  // namespace
+
+struct Service::Pending {
+  std::string request_id, owner, kind;
+  int64_t seq = -1;
+  json op;    // the executor operation (forward: the item)
+  json info;  // what complete() needs: paths, names
+  Clock::time_point arrived = Clock::now();
+};
+
+struct Service::Model {
+  std::string owner, session;
+  json lora;  // {r, alpha, target_modules, target_parameters, train_mlp, train_attn, train_unembed}
+  uint64_t seed = 0;
+  bool loaded = false, unloaded = false;
+  std::deque<Pending> queue;
+  int64_t next_seq = 1;
+};
+
+struct Service::Future {
+  std::string owner;
+  bool done = false;
+  json response;
+};
+
+struct Service::Session {
+  std::string owner;
+  Clock::time_point seen = Clock::now();
+  std::vector<std::string> models, samplers;
+};
+
+struct Service::SamplingSession {
+  std::string owner, session;
+  std::string path;  // tinker path of its adapter ("" = the base model)
+  std::string dir;
+};
+
+Service::Service(ServiceOptions options) : opt_(std::move(options)), rng_(std::random_device{}()) {
+  make_dirs(opt_.state_dir + "/runs");
+  // A save interrupted by a crash left a hidden partial directory: never listed, removed.
+  std::error_code ec;
+  for (const auto& run : fs::directory_iterator(opt_.state_dir + "/runs", ec))
+    for (const char* kind : {"weights", "sampler_weights", "ephemeral"})
+      for (const auto& e : fs::directory_iterator(run.path() / kind, ec))
+        if (e.path().filename().string().rfind('.', 0) == 0) fs::remove_all(e.path(), ec);
+}
+
+Service::~Service() { stop(); }
+
+void Service::stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  work_cv_.notify_all();
+  done_cv_.notify_all();
+}
+
+std::string Service::new_id(const char* prefix) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%016llx", prefix, (unsigned long long)rng_());
+  return buf;
+}
+
+std::string Service::run_dir(const std::string& model_id) const { return opt_.state_dir + "/runs/" + model_id; }
+
+HttpResponse Service::handle(const HttpRequest& req) {
+  std::string owner = "local";
+  if (!opt_.api_keys.empty()) {
+    auto it = opt_.api_keys.find(req.api_key);
+    if (req.api_key.empty()) return error_reply(401, "no X-API-Key header");
+    if (it == opt_.api_keys.end()) return error_reply(401, "unknown API key");
+    owner = it->second;
+  }
+  const std::string idem = req.method != "GET" && !req.idempotency_key.empty()
+                               ? owner + "\n" + req.method + " " + req.path + "\n" + req.idempotency_key
+                               : "";
+  if (!idem.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idempotent_.find(idem);
+    if (it != idempotent_.end()) return reply(json::parse(it->second));  // a retry: the first answer
+  }
+  HttpResponse r;
+  try {
+    r = route(req, owner);
+  } catch (const ClientError& e) {
+    r = error_reply(e.status, e.what());
+    if (e.status == 429) r.headers["Retry-After"] = "1";
+  } catch (const json::exception& e) {
+    r = error_reply(400, std::string("malformed request: ") + e.what());
+  } catch (const Error& e) {
+    r = error_reply(400, e.what());
+  } catch (const std::exception& e) {
+    r = {500, json{{"error", e.what()}, {"category", "server"}}.dump(), {}};
+  }
+  if (!idem.empty() && r.status == 200) {
+    std::lock_guard<std::mutex> lock(mu_);
+    idempotent_[idem] = r.body;
+    idempotent_order_.push_back(idem);
+    while (idempotent_order_.size() > 100000) {
+      idempotent_.erase(idempotent_order_.front());
+      idempotent_order_.pop_front();
+    }
+  }
+  return r;
+}
+
+json Service::lora_json(const json& cfg, const std::string& where) const {
+  const int64_t r = tinker::integer(cfg, "rank", where);
+  if (r < 1 || r > opt_.max_rank)
+    throw ClientError(400, where + ".rank: " + std::to_string(r) + " is outside [1, " + std::to_string(opt_.max_rank) +
+                               "] (the server's --max-rank)");
+  const bool mlp = tinker::boolean(cfg, "train_mlp", where, true);
+  const bool attn = tinker::boolean(cfg, "train_attn", where, true);
+  const bool unembed = tinker::boolean(cfg, "train_unembed", where, true);
+  json modules = json::array(), params = json::array();
+  for (const std::string& t : opt_.lora_targets) {
+    const bool expert = t.rfind("experts.", 0) == 0;
+    const bool is_mlp = expert || t == "gate_proj" || t == "up_proj" || t == "down_proj";
+    if (is_mlp ? !mlp : !attn) continue;
+    if (expert) params.push_back(t.substr(8));
+    else modules.push_back(t);
+  }
+  if (modules.empty() && params.empty()) throw ClientError(400, where + ": train_mlp and train_attn are both false: nothing to train");
+  // The output head is not adapted by glint: train_unembed is reported as false.
+  (void)unembed;
+  // alpha = 2r, the ratio glint train uses by default.
+  return {{"r", r}, {"alpha", 2.0 * double(r)}, {"target_modules", modules}, {"target_parameters", params},
+          {"train_mlp", mlp}, {"train_attn", attn}, {"train_unembed", false}};
+}
+
+HttpResponse Service::enqueue(const std::string& owner, const std::string& model_id, Pending p) {
+  // The caller holds mu_.
+  if (pending_count_[owner] >= opt_.max_pending)
+    throw ClientError(429, "too many queued requests (" + std::to_string(opt_.max_pending) + "); retry later");
+  p.request_id = new_id("req-");
+  p.owner = owner;
+  futures_[p.request_id] = Future{owner, false, json()};
+  ++pending_count_[owner];
+  const std::string id = p.request_id;
+  if (model_id.empty()) {
+    samples_.push_back(std::move(p));
+  } else {
+    auto& q = models_.at(model_id).queue;
+    // Ordered by seq_id (requests without one after, in arrival order).
+    auto pos = q.end();
+    if (p.seq > 0)
+      pos = std::find_if(q.begin(), q.end(), [&](const Pending& o) { return o.seq < 0 || o.seq > p.seq; });
+    q.insert(pos, std::move(p));
+  }
+  work_cv_.notify_all();
+  json body = {{"request_id", id}};
+  if (!model_id.empty()) body["model_id"] = model_id;
+  return reply(body);
+}
+
+bool Service::resolve_path(const std::string& owner, const std::string& path, std::string* run, std::string* kind,
+                           std::string* name, std::string* dir) {
+  const std::string prefix = "tinker://";
+  if (path.rfind(prefix, 0) != 0) throw ClientError(400, "path '" + path + "': expected tinker://RUN/weights/NAME");
+  std::string rest = path.substr(prefix.size());
+  size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1);
+  if (b == std::string::npos) throw ClientError(400, "path '" + path + "': expected tinker://RUN/weights/NAME");
+  *run = rest.substr(0, a);
+  *kind = rest.substr(a + 1, b - a - 1);
+  *name = rest.substr(b + 1);
+  if (*kind != "weights" && *kind != "sampler_weights")
+    throw ClientError(400, "path '" + path + "': the kind is weights or sampler_weights, not '" + *kind + "'");
+  tinker::check_checkpoint_name(*name, "path '" + path + "'");
+  tinker::check_checkpoint_name(*run, "path '" + path + "'");
+  const std::string run_json = run_dir(*run) + "/run.json";
+  if (!path_exists(run_json)) return false;
+  if (read_json_file(run_json).value("owner", "") != owner) return false;
+  *dir = run_dir(*run) + "/" + *kind + "/" + *name;
+  return path_exists(*dir);
+}
+
+json Service::training_run_json(const std::string& id) {
+  json run = read_json_file(run_dir(id) + "/run.json");
+  json cks = checkpoints_json(id);
+  json last_training = nullptr, last_sampler = nullptr;
+  for (const auto& c : cks) {
+    json& slot = c.at("checkpoint_type") == "training" ? last_training : last_sampler;
+    if (slot.is_null() || slot.at("time").get<std::string>() <= c.at("time").get<std::string>()) slot = c;
+  }
+  return {{"training_run_id", id},
+          {"base_model", run.at("base_model")},
+          {"model_owner", run.at("owner")},
+          {"is_lora", true},
+          {"corrupted", false},
+          {"lora_rank", run.at("lora").at("r")},
+          {"last_request_time", iso_time(mtime(run_dir(id)))},
+          {"last_checkpoint", last_training},
+          {"last_sampler_checkpoint", last_sampler},
+          {"user_metadata", run.value("user_metadata", json(nullptr))}};
+}
+
+json Service::checkpoints_json(const std::string& id) {
+  json out = json::array();
+  for (const char* kind : {"weights", "sampler_weights"}) {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(run_dir(id) + "/" + kind, ec)) {
+      std::string n = e.path().filename().string();
+      if (n.rfind('.', 0) != 0) names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      const std::string dir = run_dir(id) + "/" + kind + "/" + n;
+      uint64_t bytes = 0;
+      for (const auto& f : fs::recursive_directory_iterator(dir, ec))
+        if (f.is_regular_file()) bytes += f.file_size();
+      out.push_back({{"checkpoint_id", std::string(kind) + "/" + n},
+                     {"checkpoint_type", std::string(kind) == "weights" ? "training" : "sampler"},
+                     {"time", iso_time(mtime(dir))},
+                     {"tinker_path", "tinker://" + id + "/" + kind + "/" + n},
+                     {"size_bytes", bytes},
+                     {"public", false},
+                     {"expires_at", nullptr}});
+    }
+  }
+  return out;
+}
+
+HttpResponse Service::retrieve(const std::string& owner, const json& body) {
+  const std::string id = tinker::text(body, "request_id", "");
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = futures_.find(id);
+  if (it == futures_.end() || it->second.owner != owner) throw ClientError(404, "no request '" + id + "'");
+  const auto deadline = Clock::now() + std::chrono::duration<double>(opt_.poll_seconds);
+  done_cv_.wait_until(lock, deadline, [&] {
+    auto f = futures_.find(id);
+    return stopping_ || f == futures_.end() || f->second.done;
+  });
+  it = futures_.find(id);
+  if (it == futures_.end()) throw ClientError(410, "request '" + id + "' expired");
+  if (!it->second.done) return reply({{"type", "try_again"}, {"request_id", id}, {"queue_state", "active"}});
+  return reply(it->second.response);
+}
+
+void Service::finish(const std::string& request_id, json response) {
+  auto it = futures_.find(request_id);
+  if (it == futures_.end()) return;
+  it->second.done = true;
+  it->second.response = std::move(response);
+  --pending_count_[it->second.owner];
+}
+
+HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
+  const std::string& p = req.path;
+  const std::string api = "/api/v1/";
+  if (p.rfind(api, 0) != 0) throw ClientError(404, "no route " + p);
+  const std::string r = p.substr(api.size());
+  json body = json::object();
+  if (req.method == "POST") {
+    try {
+      body = req.body.empty() ? json::object() : json::parse(req.body);
+    } catch (const json::exception& e) {
+      throw ClientError(400, std::string("the request body is not JSON: ") + e.what());
+    }
+    if (!body.is_object()) throw ClientError(400, "the request body is not a JSON object");
+  }
+  auto post = [&](const char* route) { return req.method == "POST" && r == route; };
+  auto owned_model = [&](const std::string& where) -> std::string {
+    const std::string id = tinker::text(body, "model_id", where);
+    auto it = models_.find(id);
+    if (it == models_.end() || it->second.owner != owner) throw ClientError(404, "no model '" + id + "'");
+    if (it->second.unloaded) throw ClientError(400, "model '" + id + "' is unloaded");
+    return id;
+  };
+
+  if (req.method == "GET" && r == "healthz") return reply({{"status", "ok"}});
+  if (req.method == "GET" && r == "get_server_capabilities")
+    return reply({{"supported_models", json::array({{{"model_name", opt_.base_model}}})}});
+  if (post("client/config"))
+    return reply({{"pjwt_auth_enabled", false}, {"use_pyqwest_transport", false}, {"parallel_fwdbwd_chunks", true},
+                  {"proto_compress_fwdbwd", false}, {"sample_no_retries", false}});
+  if (post("telemetry")) return reply({{"status", "accepted"}});
+  if (post("create_session")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    expire_sessions();
+    const std::string id = new_id("session-");
+    sessions_[id] = Session{owner, Clock::now(), {}, {}};
+    return reply({{"type", "create_session"},
+                  {"session_id", id},
+                  {"info_message", "glint serves " + opt_.base_model +
+                                       "; LoRA adapts attention and MLP (experts included); the output head is "
+                                       "not adapted (train_unembed is ignored)"},
+                  {"warning_message", nullptr},
+                  {"error_message", nullptr}});
+  }
+  if (post("session_heartbeat")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = tinker::text(body, "session_id", "");
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.owner != owner) throw ClientError(404, "no session '" + id + "'");
+    it->second.seen = Clock::now();
+    return reply({{"type", "session_heartbeat"}});
+  }
+  if (post("create_model")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string session = tinker::text(body, "session_id", "");
+    auto s = sessions_.find(session);
+    if (s == sessions_.end() || s->second.owner != owner) throw ClientError(404, "no session '" + session + "'");
+    const std::string base = tinker::text(body, "base_model", "");
+    if (base != opt_.base_model) throw ClientError(400, "base_model: '" + base + "' is not served (this server: " + opt_.base_model + ")");
+    const json& cfg = tinker::object(body, "lora_config", "");
+    if (cfg.empty()) throw ClientError(400, "lora_config: required (glint trains LoRA adapters)");
+    json lora = lora_json(cfg, "lora_config");
+    int64_t live = 0;
+    for (const auto& [id, m] : models_) live += !m.unloaded;
+    if (live >= opt_.max_tenants)
+      throw ClientError(429, "all " + std::to_string(opt_.max_tenants) + " model slots are in use; retry later");
+    const std::string id = new_id("run-");
+    Model m;
+    m.owner = owner;
+    m.session = session;
+    m.lora = lora;
+    m.seed = uint64_t(tinker::integer(cfg, "seed", "lora_config", int64_t(rng_() >> 33)));
+    json run = {{"owner", owner}, {"base_model", base}, {"lora", lora}, {"seed", m.seed},
+                {"user_metadata", body.value("user_metadata", json(nullptr))}, {"created", iso_time(std::time(nullptr))}};
+    make_dirs(run_dir(id));
+    write_text_atomic(run_dir(id) + "/run.json", run.dump(1));
+    models_[id] = std::move(m);
+    model_order_.push_back(id);
+    s->second.models.push_back(id);
+    Pending pd;
+    pd.kind = "create";
+    // The adapter is initialised as `glint train --seed S` initialises its own.
+    pd.op = {{"op", "add"}, {"tenant", id}, {"lora", lora}, {"seed", models_[id].seed + 2}, {"trainable", true}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("get_info")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    const Model& m = models_.at(id);
+    return reply({{"type", "get_info"},
+                  {"model_data", {{"arch", "glint"}, {"model_name", opt_.base_model}, {"tokenizer_id", opt_.base_model}}},
+                  {"model_id", id},
+                  {"is_lora", true},
+                  {"lora_rank", m.lora.at("r")},
+                  {"model_name", opt_.base_model}});
+  }
+  if (post("forward") || post("forward_backward")) {
+    const bool backward = r == "forward_backward";
+    const std::string key = backward ? "forward_backward_input" : "forward_input";
+    const json& input = tinker::object(body, key.c_str(), "");
+    if (input.empty()) throw ClientError(400, key + ": required");
+    TinkerLoss loss = tinker::parse_loss(input.value("loss_fn", json()), input.value("loss_fn_config", json()), key);
+    auto data = input.find("data");
+    if (data == input.end() || !data->is_array()) throw ClientError(400, key + ".data: required (a list of Datum)");
+    for (size_t i = 0; i < data->size(); ++i) {  // every datum checked before anything queues
+      tinker::Datum d = tinker::parse_datum((*data)[i], key + ".data[" + std::to_string(i) + "]", loss, opt_.vocab_size);
+      if (int64_t(d.tokens.size()) > opt_.max_positions)
+        throw ClientError(400, key + ".data[" + std::to_string(i) + "]: " + std::to_string(d.tokens.size()) +
+                                   " tokens, the model takes at most " + std::to_string(opt_.max_positions));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    Pending pd;
+    pd.kind = r;
+    pd.seq = tinker::integer(body, "seq_id", "", -1);
+    pd.op = {{"tenant", id}, {"loss", loss.name}, {"config", input.value("loss_fn_config", json())}, {"data", *data}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("optim_step")) {
+    const json& a = tinker::object(body, "adam_params", "");
+    json adam = {{"learning_rate", tinker::number(a, "learning_rate", "adam_params", 1e-4)},
+                 {"beta1", tinker::number(a, "beta1", "adam_params", 0.9)},
+                 {"beta2", tinker::number(a, "beta2", "adam_params", 0.95)},
+                 {"eps", tinker::number(a, "eps", "adam_params", 1e-12)},
+                 {"weight_decay", tinker::number(a, "weight_decay", "adam_params", 0.0)},
+                 {"grad_clip_norm", tinker::number(a, "grad_clip_norm", "adam_params", 0.0)}};
+    AdamWOptions check{adam["beta1"], adam["beta2"], adam["eps"], adam["weight_decay"]};
+    check.validate("adam_params");
+    if (adam["learning_rate"].get<double>() < 0 || adam["grad_clip_norm"].get<double>() < 0)
+      throw ClientError(400, "adam_params: learning_rate and grad_clip_norm must be >= 0");
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    Pending pd;
+    pd.kind = "optim";
+    pd.seq = tinker::integer(body, "seq_id", "", -1);
+    pd.op = {{"op", "optim"}, {"tenant", id}, {"adam", adam}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("save_weights") || post("save_weights_for_sampler")) {
+    const bool sampler = r == "save_weights_for_sampler";
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    const std::string kind = sampler ? "sampler_weights" : "weights";
+    Pending pd;
+    pd.kind = sampler ? "save_sampler" : "save";
+    pd.seq = tinker::integer(body, "seq_id", "", -1);
+    std::string name = tinker::text(body, "path", "", "");
+    const bool session_only = sampler && name.empty() && body.contains("sampling_session_seq_id") &&
+                              !body["sampling_session_seq_id"].is_null();
+    std::string dir;
+    if (session_only) {
+      dir = run_dir(id) + "/ephemeral/" + std::to_string(++sampler_counter_);
+    } else {
+      if (name.empty()) name = new_id("ckpt-");
+      tinker::check_checkpoint_name(name, "path");
+      dir = run_dir(id) + "/" + kind + "/" + name;
+      if (path_exists(dir)) throw ClientError(409, "path: checkpoint '" + name + "' exists already (names are never overwritten)");
+      for (const auto& [oid, m] : models_)
+        for (const auto& q : m.queue)
+          if (q.info.value("dir", "") == dir) throw ClientError(409, "path: checkpoint '" + name + "' is being saved already");
+    }
+    const std::string partial = fs::path(dir).parent_path().string() + "/." + fs::path(dir).filename().string() + ".partial";
+    make_dirs(fs::path(dir).parent_path().string());
+    pd.info = {{"dir", dir}, {"partial", partial}, {"path", "tinker://" + id + "/" + kind + "/" + name},
+               {"session_only", session_only}, {"session", models_.at(id).session}};
+    if (sampler)
+      pd.op = {{"op", "save_adapter"}, {"tenant", id}, {"dir", partial}, {"base_model", opt_.base_model}};
+    else
+      pd.op = {{"op", "save_state"}, {"tenant", id}, {"dir", dir}, {"optimizer", true}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("load_weights")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    std::string run, kind, name, dir;
+    const std::string path = tinker::text(body, "path", "");
+    if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
+    if (kind != "weights") throw ClientError(400, "path: load_weights reads weights/ checkpoints (with optimizer state), not " + kind);
+    const json saved = read_json_file(run_dir(run) + "/run.json").at("lora");
+    const json& mine = models_.at(id).lora;
+    for (const char* k : {"r", "target_modules", "target_parameters"})
+      if (saved.at(k) != mine.at(k))
+        throw ClientError(400, "path: " + path + " has LoRA " + k + " " + saved.at(k).dump() + ", this model " + mine.at(k).dump());
+    Pending pd;
+    pd.kind = "load";
+    pd.seq = tinker::integer(body, "seq_id", "", -1);
+    pd.info = {{"path", path}};
+    pd.op = {{"op", "load_state"}, {"tenant", id}, {"dir", dir}, {"optimizer", tinker::boolean(body, "optimizer", "", false)}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("unload_model")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = owned_model("");
+    Pending pd;
+    pd.kind = "unload";
+    pd.op = {{"op", "remove"}, {"tenant", id}};
+    return enqueue(owner, id, std::move(pd));
+  }
+  if (post("create_sampling_session")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string session = tinker::text(body, "session_id", "");
+    auto s = sessions_.find(session);
+    if (s == sessions_.end() || s->second.owner != owner) throw ClientError(404, "no session '" + session + "'");
+    SamplingSession ss{owner, session, "", ""};
+    const std::string path = tinker::text(body, "model_path", "", "");
+    if (!path.empty()) {
+      std::string run, kind, name;
+      if (!resolve_path(owner, path, &run, &kind, &name, &ss.dir)) throw ClientError(404, "no checkpoint " + path);
+      if (kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
+      ss.path = path;
+    } else {
+      const std::string base = tinker::text(body, "base_model", "", opt_.base_model);
+      if (base != opt_.base_model) throw ClientError(400, "base_model: '" + base + "' is not served");
+    }
+    const std::string id = new_id("sampler-");
+    sampling_[id] = ss;
+    s->second.samplers.push_back(id);
+    return reply({{"type", "create_sampling_session"}, {"sampling_session_id", id}});
+  }
+  if (post("asample")) {
+    const std::vector<int64_t> prompt = tinker::model_input_tokens(body.value("prompt", json()), "prompt", opt_.vocab_size);
+    if (prompt.empty()) throw ClientError(400, "prompt: no tokens");
+    const json& sp = tinker::object(body, "sampling_params", "");
+    const int64_t n = tinker::integer(body, "num_samples", "", 1);
+    if (n < 1 || n > 128) throw ClientError(400, "num_samples: " + std::to_string(n) + " is outside [1, 128]");
+    if (tinker::integer(body, "topk_prompt_logprobs", "", 0) > 0)
+      throw ClientError(400, "topk_prompt_logprobs: not supported (prompt_logprobs is)");
+    const int64_t room = opt_.max_positions - int64_t(prompt.size());
+    if (room < 1) throw ClientError(400, "prompt: " + std::to_string(prompt.size()) + " tokens leave no room in the model's " + std::to_string(opt_.max_positions) + " positions");
+    const int64_t max_tokens = tinker::integer(sp, "max_tokens", "sampling_params", std::min<int64_t>(room, 512));
+    if (max_tokens < 0 || max_tokens > room)
+      throw ClientError(400, "sampling_params.max_tokens: " + std::to_string(max_tokens) + " is outside [0, " + std::to_string(room) + "]");
+    json stop_ids = json::array(), stop_seqs = json::array();
+    if (sp.contains("stop") && !sp["stop"].is_null()) {
+      json stop = sp["stop"].is_string() ? json::array({sp["stop"]}) : sp["stop"];
+      if (!stop.is_array()) throw ClientError(400, "sampling_params.stop: a string, a list of strings or a list of token ids");
+      for (const auto& s : stop) {
+        if (s.is_number_integer()) {
+          const int64_t id = s.get<int64_t>();
+          if (id < 0 || id >= opt_.vocab_size) throw ClientError(400, "sampling_params.stop: token id " + std::to_string(id) + " is outside the vocabulary");
+          stop_ids.push_back(id);
+        } else if (s.is_string()) {
+          if (!opt_.encode) throw ClientError(400, "sampling_params.stop: strings need the model's tokenizer.json, which this server has not; send token ids");
+          std::vector<int64_t> ids = opt_.encode(s.get<std::string>());
+          if (ids.empty()) throw ClientError(400, "sampling_params.stop: an empty stop string");
+          stop_seqs.push_back(ids);
+        } else {
+          throw ClientError(400, "sampling_params.stop: a string, a list of strings or a list of token ids");
+        }
+      }
+    }
+    const double temperature = tinker::number(sp, "temperature", "sampling_params", 1.0);
+    const int64_t top_k = tinker::integer(sp, "top_k", "sampling_params", -1);
+    const double top_p = tinker::number(sp, "top_p", "sampling_params", 1.0);
+    if (temperature < 0) throw ClientError(400, "sampling_params.temperature: must be >= 0 (0: greedy)");
+    if (top_k == 0 || top_k < -1) throw ClientError(400, "sampling_params.top_k: -1 (off) or a positive count");
+    if (!(top_p > 0 && top_p <= 1)) throw ClientError(400, "sampling_params.top_p: must be in (0, 1]");
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string path, dir;
+    if (body.contains("sampling_session_id") && !body["sampling_session_id"].is_null()) {
+      const std::string sid = tinker::text(body, "sampling_session_id", "");
+      auto it = sampling_.find(sid);
+      if (it == sampling_.end() || it->second.owner != owner) throw ClientError(404, "no sampling session '" + sid + "'");
+      path = it->second.path;
+      dir = it->second.dir;
+    } else if (body.contains("model_path") && !body["model_path"].is_null()) {
+      path = tinker::text(body, "model_path", "");
+      std::string run, kind, name;
+      if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
+      if (kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
+    } else {
+      const std::string base = tinker::text(body, "base_model", "", opt_.base_model);
+      if (base != opt_.base_model) throw ClientError(400, "base_model: '" + base + "' is not served");
+    }
+    Pending pd;
+    pd.kind = "sample";
+    const uint64_t seed = sp.contains("seed") && !sp["seed"].is_null()
+                              ? uint64_t(tinker::integer(sp, "seed", "sampling_params"))
+                              : rng_() >> 1;
+    pd.info = {{"path", path}, {"dir", dir}};
+    pd.op = {{"tenant", nullptr}, {"prompt", prompt}, {"num_samples", n}, {"seed", seed}, {"max_tokens", max_tokens},
+             {"temperature", temperature}, {"top_k", top_k < 0 ? 0 : top_k}, {"top_p", top_p},
+             {"stop_token_ids", stop_ids}, {"stop_sequences", stop_seqs},
+             {"prompt_logprobs", tinker::boolean(body, "prompt_logprobs", "", false)}};
+    return enqueue(owner, "", std::move(pd));
+  }
+  if (post("retrieve_future")) return retrieve(owner, body);
+  if (post("weights_info")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string run, kind, name, dir;
+    const std::string path = tinker::text(body, "tinker_path", "");
+    if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
+    json rj = read_json_file(run_dir(run) + "/run.json");
+    const json& l = rj.at("lora");
+    return reply({{"base_model", rj.at("base_model")}, {"is_lora", true}, {"lora_rank", l.at("r")},
+                  {"train_unembed", l.at("train_unembed")}, {"train_mlp", l.at("train_mlp")}, {"train_attn", l.at("train_attn")}});
+  }
+  // REST listings: the owner's runs and checkpoints, from disk (they outlive the server).
+  auto owned_runs = [&] {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(opt_.state_dir + "/runs", ec)) {
+      const std::string rj = e.path().string() + "/run.json";
+      if (path_exists(rj) && read_json_file(rj).value("owner", "") == owner) ids.push_back(e.path().filename().string());
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  auto owned_run = [&](const std::string& id) {
+    const std::string rj = run_dir(id) + "/run.json";
+    bool ok = true;
+    try {
+      tinker::check_checkpoint_name(id, "training run");
+    } catch (const Error&) {
+      ok = false;
+    }
+    if (!ok || !path_exists(rj) || read_json_file(rj).value("owner", "") != owner)
+      throw ClientError(404, "no training run '" + id + "'");
+  };
+  auto query_int = [&](const char* key, int64_t fallback) {
+    auto it = req.query.find(key);
+    if (it == req.query.end()) return fallback;
+    char* end = nullptr;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end || v < 0) throw ClientError(400, std::string(key) + ": expected a count, got '" + it->second + "'");
+    return int64_t(v);
+  };
+  const std::string runs = "training_runs";
+  if (req.method == "GET" && r == runs) {
+    std::vector<std::string> ids = owned_runs();
+    const int64_t limit = query_int("limit", 20), offset = query_int("offset", 0);
+    json list = json::array();
+    for (int64_t i = offset; i < int64_t(ids.size()) && i < offset + limit; ++i) list.push_back(training_run_json(ids[i]));
+    return reply({{"training_runs", list}, {"cursor", {{"offset", offset}, {"limit", limit}, {"total_count", ids.size()}}}});
+  }
+  if (r.rfind(runs + "/", 0) == 0) {
+    std::string rest = r.substr(runs.size() + 1);
+    const size_t slash = rest.find('/');
+    const std::string id = rest.substr(0, slash);
+    owned_run(id);
+    if (req.method == "GET" && slash == std::string::npos) return reply(training_run_json(id));
+    const std::string sub = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (req.method == "GET" && sub == "checkpoints") return reply({{"checkpoints", checkpoints_json(id)}});
+    if (req.method == "DELETE" && sub.rfind("checkpoints/", 0) == 0) {
+      const std::string ck = sub.substr(12);  // weights/NAME or sampler_weights/NAME
+      const size_t s = ck.find('/');
+      const std::string kind = ck.substr(0, s), name = s == std::string::npos ? "" : ck.substr(s + 1);
+      if (kind != "weights" && kind != "sampler_weights") throw ClientError(400, "checkpoint id: weights/NAME or sampler_weights/NAME");
+      tinker::check_checkpoint_name(name, "checkpoint id");
+      const std::string dir = run_dir(id) + "/" + kind + "/" + name;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!path_exists(dir)) throw ClientError(404, "no checkpoint " + ck);
+      const std::string gone = run_dir(id) + "/" + kind + "/." + name + ".deleted";
+      std::error_code ec;
+      fs::rename(dir, gone, ec);
+      if (ec) throw std::runtime_error("cannot delete " + dir + ": " + ec.message());
+      fs::remove_all(gone, ec);
+      return reply(json::object());
+    }
+    if (req.method == "GET" && sub.rfind("checkpoints/", 0) == 0)
+      throw ClientError(404, "checkpoint archives are not served: the files are under the server's --state-dir");
+    throw ClientError(404, "no route " + p);
+  }
+  if (req.method == "GET" && r == "checkpoints") {
+    json all = json::array();
+    for (const auto& id : owned_runs())
+      for (auto& c : checkpoints_json(id)) all.push_back(c);
+    return reply({{"checkpoints", all}, {"cursor", {{"offset", 0}, {"limit", all.size()}, {"total_count", all.size()}}}});
+  }
+  if (req.method == "GET" && r == "sessions") {
+    std::lock_guard<std::mutex> lock(mu_);
+    json ids = json::array();
+    for (const auto& [id, s] : sessions_)
+      if (s.owner == owner) ids.push_back(id);
+    return reply({{"sessions", ids}});
+  }
+  if (req.method == "GET" && r.rfind("sessions/", 0) == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(r.substr(9));
+    if (it == sessions_.end() || it->second.owner != owner) throw ClientError(404, "no session '" + r.substr(9) + "'");
+    return reply({{"training_run_ids", it->second.models}, {"sampler_ids", it->second.samplers}});
+  }
+  throw ClientError(404, "no route " + req.method + " " + p);
+}
+
+void Service::expire_sessions() {
+  // The caller holds mu_. A session silent past the timeout ends; its loaded models are
+  // unloaded (their checkpoints stay).
+  const auto now = Clock::now();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (std::chrono::duration<double>(now - it->second.seen).count() < opt_.session_timeout) {
+      ++it;
+      continue;
+    }
+    for (const auto& id : it->second.models) {
+      auto m = models_.find(id);
+      if (m == models_.end() || m->second.unloaded) continue;
+      Pending pd;
+      pd.kind = "unload";
+      pd.owner = m->second.owner;
+      pd.op = {{"op", "remove"}, {"tenant", id}};
+      m->second.queue.push_back(std::move(pd));
+    }
+    for (const auto& sid : it->second.samplers) sampling_.erase(sid);
+    it = sessions_.erase(it);
+  }
+}
+
+json Service::next_program(double max_wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto has_work = [&] {
+    if (stopping_ || !samples_.empty()) return true;
+    for (const auto& [id, m] : models_)
+      if (!m.queue.empty()) return true;
+    return false;
+  };
+  work_cv_.wait_for(lock, std::chrono::duration<double>(max_wait), has_work);
+  if (stopping_) return {{"shutdown", true}};
+  if (has_work() && opt_.cycle_window > 0) {  // let the other tenants' requests of this cycle arrive
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt_.cycle_window));
+    lock.lock();
+  }
+  expire_sessions();
+  in_flight_.clear();
+  in_flight_done_.clear();
+  std::vector<json> phases[6];
+  std::vector<std::vector<std::string>> phase_ids[6];
+  std::vector<std::function<void(const json&)>> phase_done[6];
+  json items[2] = {json::array(), json::array()};  // forward, forward_backward
+  std::vector<std::string> item_ids[2];
+  auto add = [&](int phase, json op, std::vector<std::string> ids, std::function<void(const json&)> done) {
+    phases[phase].push_back(std::move(op));
+    phase_ids[phase].push_back(std::move(ids));
+    phase_done[phase].push_back(std::move(done));
+  };
+  const auto now = Clock::now();
+  for (const std::string& id : model_order_) {
+    Model& m = models_.at(id);
+    int last = -1;
+    while (!m.queue.empty()) {
+      Pending& pd = m.queue.front();
+      const bool gap = pd.seq > 0 && pd.seq > m.next_seq &&
+                       std::chrono::duration<double>(now - pd.arrived).count() < opt_.seq_wait;
+      const int phase = phase_of(pd.kind);
+      if (gap || phase < last) break;
+      last = phase;
+      if (pd.seq > 0) m.next_seq = pd.seq + 1;
+      Pending p = std::move(pd);
+      m.queue.pop_front();
+      if (p.kind == "forward" || p.kind == "forward_backward") {
+        const int k = p.kind == "forward_backward";
+        items[k].push_back(p.op);
+        item_ids[k].push_back(p.request_id);
+        continue;
+      }
+      const std::string rid = p.request_id, kind = p.kind, model_id = id;
+      const json info = p.info;
+      add(phase, p.op, {rid}, [this, rid, kind, model_id, info](const json& res) {
+        if (res.contains("error")) {
+          if (kind == "create") models_.at(model_id).unloaded = true;
+          if (info.contains("partial")) {
+            std::error_code ec;
+            fs::remove_all(info.at("partial").get<std::string>(), ec);
+          }
+          finish(rid, {{"error", res.at("error")}, {"category", "user"}});
+          return;
+        }
+        if (kind == "create") {
+          models_.at(model_id).loaded = true;
+          finish(rid, {{"model_id", model_id}, {"type", "create_model"}});
+        } else if (kind == "load") {
+          finish(rid, {{"path", info.at("path")}, {"type", "load_weights"}});
+        } else if (kind == "optim") {
+          finish(rid, {{"metrics", {{"grad_norm:mean", res.at("result").at("grad_norm")}}}});
+        } else if (kind == "save") {
+          finish(rid, {{"path", info.at("path")}, {"type", "save_weights"}});
+        } else if (kind == "save_sampler") {
+          std::error_code ec;
+          fs::rename(info.at("partial").get<std::string>(), info.at("dir").get<std::string>(), ec);
+          if (ec) {
+            finish(rid, {{"error", "cannot put the saved adapter in place: " + ec.message()}, {"category", "server"}});
+          } else if (info.at("session_only").get<bool>()) {
+            const std::string sid = new_id("sampler-");
+            const std::string session = info.at("session").get<std::string>();
+            sampling_[sid] = SamplingSession{models_.at(model_id).owner, session, "ephemeral:" + info.at("dir").get<std::string>(),
+                                             info.at("dir").get<std::string>()};
+            if (sessions_.count(session)) sessions_.at(session).samplers.push_back(sid);
+            finish(rid, {{"path", nullptr}, {"sampling_session_id", sid}, {"type", "save_weights_for_sampler"}});
+          } else {
+            finish(rid, {{"path", info.at("path")}, {"type", "save_weights_for_sampler"}});
+          }
+        } else if (kind == "unload") {
+          models_.at(model_id).unloaded = true;
+          models_.at(model_id).loaded = false;
+          finish(rid, {{"model_id", model_id}, {"type", "unload_model"}});
+        }
+      });
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (items[k].empty()) continue;
+    std::vector<std::string> ids = item_ids[k];
+    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, [this, ids](const json& res) {
+      if (res.contains("error")) {
+        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", "server"}});
+        return;
+      }
+      const json& per = res.at("result");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (per[i].contains("error")) finish(ids[i], {{"error", per[i].at("error")}, {"category", "user"}});
+        else finish(ids[i], per[i].at("result"));
+      }
+    });
+  }
+  // Sampling: the adapters this cycle's requests need are made resident (least recently
+  // used ones leave); requests beyond the sampler slots wait for a later cycle.
+  if (!samples_.empty()) {
+    std::set<std::string> needed;
+    json requests = json::array();
+    std::vector<std::string> ids;
+    std::deque<Pending> later;
+    while (!samples_.empty()) {
+      Pending p = std::move(samples_.front());
+      samples_.pop_front();
+      const std::string path = p.info.at("path");
+      if (!path.empty() && !needed.count(path) && !resident_.count(path) &&
+          int64_t(needed.size()) >= opt_.sampler_slots) {
+        later.push_back(std::move(p));
+        continue;
+      }
+      if (!path.empty()) needed.insert(path);
+      json op = p.op;
+      op["path"] = path;
+      op["dir"] = p.info.at("dir");
+      requests.push_back(op);
+      ids.push_back(p.request_id);
+    }
+    samples_ = std::move(later);
+    for (const std::string& path : needed) {
+      last_use_[path] = ++use_clock_;
+      if (resident_.count(path)) continue;
+      if (int64_t(resident_.size()) >= opt_.sampler_slots) {  // evict the least recently used idle one
+        std::string victim;
+        for (const auto& [q, name] : resident_)
+          if (!needed.count(q) && (victim.empty() || last_use_[q] < last_use_[victim])) victim = q;
+        add(4, {{"op", "remove"}, {"tenant", resident_.at(victim)}}, {}, [](const json&) {});
+        resident_.erase(victim);
+      }
+      const std::string name = "sampler-" + std::to_string(++sampler_counter_);
+      std::string dir;
+      for (const auto& r : requests)
+        if (r.at("path") == path) dir = r.at("dir");
+      LoraOptions o = lora_options_from_adapter_config(dir + "/adapter_config.json");
+      json lora = {{"r", o.r}, {"alpha", o.alpha}, {"target_modules", o.target_modules},
+                   {"target_parameters", o.target_parameters}};
+      resident_[path] = name;
+      add(4, {{"op", "add"}, {"tenant", name}, {"lora", lora}, {"seed", 0}, {"trainable", false}, {"adapter_dir", dir}}, {},
+          [this, path](const json& res) {
+            if (res.contains("error")) resident_.erase(path);
+          });
+    }
+    for (auto& r : requests) {
+      const std::string path = r.at("path");
+      r["tenant"] = path.empty() ? json(nullptr) : json(resident_.at(path));
+      r.erase("path");
+      r.erase("dir");
+    }
+    add(4, {{"op", "sample"}, {"requests", requests}}, ids, [this, ids](const json& res) {
+      if (res.contains("error")) {
+        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", "server"}});
+        return;
+      }
+      const json& per = res.at("result");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (per[i].contains("error")) finish(ids[i], {{"error", per[i].at("error")}, {"category", "user"}});
+        else finish(ids[i], per[i].at("result"));
+      }
+    });
+  }
+  json ops = json::array();
+  for (int ph = 0; ph < 6; ++ph)
+    for (size_t i = 0; i < phases[ph].size(); ++i) {
+      ops.push_back(phases[ph][i]);
+      in_flight_.push_back(phase_ids[ph][i]);
+      in_flight_done_.push_back(phase_done[ph][i]);
+    }
+  return {{"ops", ops}};
+}
+
+void Service::complete(const json& program, const json& results) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < in_flight_done_.size() && i < results.size(); ++i) in_flight_done_[i](results[i]);
+  in_flight_.clear();
+  in_flight_done_.clear();
+  done_cv_.notify_all();
+}
+
+}  // namespace glint

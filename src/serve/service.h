@@ -1,0 +1,124 @@
+// The training service behind `glint serve`: the Tinker API's routes, its owners,
+// sessions, models, futures, sampling sessions and checkpoints, and the clock cycles
+// that turn queued requests into programs for the ranks (serve/executor.h).
+//
+// Threads: handle() is called from the HTTP server's threads; next_program() and
+// complete() from rank 0's main thread, which runs each program on every rank. One
+// mutex guards the state; a future's waiters are woken when its cycle completes.
+//
+// On disk (--state-dir):
+//   runs/<model_id>/run.json                   owner, base model, LoRA settings, seed
+//   runs/<model_id>/weights/<name>/            a tenant state (train/checkpoint.h form)
+//   runs/<model_id>/sampler_weights/<name>/    a PEFT adapter
+// Both kinds are written under a hidden ".<name>.partial" name and renamed when whole, so
+// a server killed while saving leaves every complete checkpoint listed and loadable.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace glint {
+
+struct ServiceOptions {
+  std::string base_model;  // the name clients create models of (capabilities)
+  std::string state_dir;
+  std::map<std::string, std::string> api_keys;  // key -> owner; empty: every request is "local"
+  int64_t max_tenants = 8;      // trained models loaded at once
+  int64_t max_rank = 32;
+  int64_t sampler_slots = 4;    // sampler adapters kept loaded (least recently used leaves)
+  double cycle_window = 0.02;   // seconds a cycle waits for more requests once one came
+  double poll_seconds = 20;     // retrieve_future waits this long before try_again
+  double session_timeout = 300; // a session without heartbeat this long ends; its models unload
+  double seq_wait = 2;          // a model's request waits this long for an earlier seq_id
+  int64_t max_pending = 256;    // queued requests per owner before 429
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;
+  std::vector<std::string> lora_targets;  // the family's LoRA target names
+  // Tokenizes a stop string (null: stop strings are refused; token ids still work).
+  std::function<std::vector<int64_t>(const std::string&)> encode;
+};
+
+struct HttpRequest {
+  std::string method, path;  // path without the query
+  std::map<std::string, std::string> query;
+  std::string api_key, idempotency_key, body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+
+class Service {
+ public:
+  explicit Service(ServiceOptions options);
+  ~Service();
+  HttpResponse handle(const HttpRequest& request);
+
+  // The next cycle's program ({"ops": [...]}, perhaps none), waiting up to max_wait
+  // seconds for work. After stop(): {"shutdown": true}.
+  nlohmann::json next_program(double max_wait);
+  void complete(const nlohmann::json& program, const nlohmann::json& results);
+  void stop();
+
+  // Slots the executor's tenant bank needs: trained models and sampler adapters.
+  int64_t bank_slots() const { return opt_.max_tenants + opt_.sampler_slots; }
+
+ private:
+  struct Pending;
+  struct Model;
+  struct Future;
+  struct Session;
+  struct SamplingSession;
+  HttpResponse route(const HttpRequest& request, const std::string& owner);
+  HttpResponse enqueue(const std::string& owner, const std::string& model_id, Pending pending);
+  HttpResponse retrieve(const std::string& owner, const nlohmann::json& body);
+  std::string new_id(const char* prefix);
+  std::string run_dir(const std::string& model_id) const;
+  nlohmann::json training_run_json(const std::string& model_id);
+  nlohmann::json checkpoints_json(const std::string& model_id);
+  // A tinker:// path owned by `owner`: its run, kind ("weights" or "sampler_weights"),
+  // name and directory. Throws glint::Error (400) for a malformed path; returns false
+  // when it does not exist or belongs to another owner (404).
+  bool resolve_path(const std::string& owner, const std::string& path, std::string* run, std::string* kind,
+                    std::string* name, std::string* dir);
+  void expire_sessions();
+  void finish(const std::string& request_id, nlohmann::json response);
+  nlohmann::json lora_json(const nlohmann::json& lora_config, const std::string& where) const;
+
+  ServiceOptions opt_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  bool stopping_ = false;
+  std::mt19937_64 rng_;
+  std::map<std::string, Session> sessions_;
+  std::map<std::string, Model> models_;
+  std::vector<std::string> model_order_;  // creation order: the order of their cycle work
+  std::map<std::string, Future> futures_;
+  std::map<std::string, SamplingSession> sampling_;
+  std::deque<Pending> samples_;          // queued asample requests
+  std::map<std::string, std::string> idempotent_;  // owner + key -> response body
+  std::deque<std::string> idempotent_order_;
+  std::map<std::string, int64_t> pending_count_;   // per owner
+  // Sampler adapters loaded into the bank: tinker path -> tenant name, and their use.
+  std::map<std::string, std::string> resident_;
+  std::map<std::string, uint64_t> last_use_;
+  uint64_t use_clock_ = 0;
+  int64_t sampler_counter_ = 0;
+  // The program in flight: per op, the (request id, item) pairs it answers.
+  std::vector<std::vector<std::string>> in_flight_;
+  std::vector<std::function<void(const nlohmann::json&)>> in_flight_done_;
+};
+
+}  // namespace glint
