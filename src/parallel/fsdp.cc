@@ -165,6 +165,30 @@ void FsdpRunner::before_compute(int64_t index, bool in_backward) {
   }
 }
 
+void FsdpRunner::with_layer_shapes(const std::function<void()>& fn) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> shaped;
+  for (auto& unit : units_) {
+    if (unit->gathered) continue;
+    for (auto& part : unit->parts)
+      for (size_t i = 0; i < part.params.size(); ++i) {
+        at::Tensor one = at::zeros({1}, part.params[i].options());
+        part.params[i].set_(one.storage(), 0, part.shapes[i], std::vector<int64_t>(part.shapes[i].size(), 0));
+        shaped.push_back(part.params[i]);
+      }
+  }
+  auto restore = [&] {
+    for (auto& p : shaped) p.set_(empty_like_storage(p));
+  };
+  try {
+    fn();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
 void FsdpRunner::release(int64_t u) {
   Unit& unit = *units_[u];
   if (!unit.gathered) return;

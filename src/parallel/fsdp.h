@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,6 +52,10 @@ class FsdpRunner : public RecomputeRunner {
   void before_compute(int64_t index, bool in_backward) override;
   void after_compute(int64_t index) override { release(index); }
   std::vector<at::Tensor> grad_inputs(int64_t index) override;
+  // Runs fn while every released parameter has its full shape again, backed by no memory
+  // (one element, zero strides): for code that reads shapes only, such as building
+  // adapters for the layers. The parameters are released again after, also on a throw.
+  void with_layer_shapes(const std::function<void()>& fn);
   // The replicated tensors each layer uses anew (adapters came or went).
   void set_adapters(std::vector<std::vector<at::Tensor>> adapters) { adapters_ = std::move(adapters); }
   int64_t num_shards(int64_t index) const override;

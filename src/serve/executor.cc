@@ -63,8 +63,12 @@ nlohmann::json CycleExecutor::run(const nlohmann::json& program) {
         fail("unknown operation '", kind, "'");
       }
       results.push_back({{"result", r}});
+    } catch (const Error& e) {  // a bad input, found on every rank alike
+      results.push_back({{"error", e.what()}, {"category", "user"}});
+    } catch (const c10::Error& e) {
+      results.push_back({{"error", e.what_without_backtrace()}, {"category", "server"}});
     } catch (const std::exception& e) {
-      results.push_back({{"error", e.what()}});
+      results.push_back({{"error", e.what()}, {"category", "server"}});
     }
   }
   return results;
@@ -104,7 +108,7 @@ nlohmann::json CycleExecutor::forward(const nlohmann::json& op) {
         mine.push_back(std::move(row));
       }
       for (auto& r : mine) rows.push_back(std::move(r));
-    } catch (const std::exception& e) {
+    } catch (const Error& e) {
       error = e.what();
     }
     item_rows.emplace_back(first, rows.size());
@@ -163,7 +167,7 @@ nlohmann::json CycleExecutor::sample(const nlohmann::json& op) {
         one.prompt_logprobs = g.prompt_logprobs && i == 0;
         requests.push_back(std::move(one));
       }
-    } catch (const std::exception& e) {
+    } catch (const Error& e) {
       error = e.what();
       requests.resize(first);
     }

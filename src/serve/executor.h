@@ -13,7 +13,8 @@
 //   save_adapter  {tenant, dir, base_model}
 //   sample        {requests:[{tenant|null, prompt, num_samples, seed, max_tokens, temperature,
 //                 top_k, top_p, stop_token_ids, stop_sequences, prompt_logprobs}]}
-// Each gives {"result": ...} or {"error": message}; an operation's failure (the same on
+// Each gives {"result": ...} or {"error": message, "category": "user" | "server"}; an
+// operation's failure (the same on
 // every rank: the inputs were validated before, file errors are agreed collectively)
 // leaves the others to run.
 #pragma once

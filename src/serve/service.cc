@@ -767,7 +767,7 @@ json Service::next_program(double max_wait) {
             std::error_code ec;
             fs::remove_all(info.at("partial").get<std::string>(), ec);
           }
-          finish(rid, {{"error", res.at("error")}, {"category", "user"}});
+          finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
           return;
         }
         if (kind == "create") {
@@ -807,7 +807,7 @@ json Service::next_program(double max_wait) {
     std::vector<std::string> ids = item_ids[k];
     add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, [this, ids](const json& res) {
       if (res.contains("error")) {
-        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", "server"}});
+        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
         return;
       }
       const json& per = res.at("result");
@@ -872,7 +872,7 @@ json Service::next_program(double max_wait) {
     }
     add(4, {{"op", "sample"}, {"requests", requests}}, ids, [this, ids](const json& res) {
       if (res.contains("error")) {
-        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", "server"}});
+        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
         return;
       }
       const json& per = res.at("result");

@@ -46,7 +46,9 @@ void Trainer::refresh_adapter_inputs() {
 
 void Trainer::add_service_tenant(const TenantOptions& tenant, bool trainable) {
   GLINT_ASSERT(bank_ && opt_.service_slots > 0, "add_service_tenant outside service mode");
-  const int64_t slot = bank_->add(tenant);  // throws before anything changes
+  int64_t slot = -1;  // add() throws before anything changes; it reads the layers' shapes
+  if (fsdp_) fsdp_->with_layer_shapes([&] { slot = bank_->add(tenant); });
+  else slot = bank_->add(tenant);
   auto st = std::make_unique<TenantState>();
   st->spec.adapter = tenant;
   st->slot = slot;

@@ -33,6 +33,8 @@ using glint::testing::make_model;
 using glint::testing::read_jsonl;
 using glint::testing::rel;
 using glint::testing::RunResult;
+using glint::testing::start;
+using glint::testing::wait_for;
 
 
 // Largest relative difference ||a - b|| / ||a|| over the tensors of two files with the
@@ -246,29 +248,6 @@ TEST(ResumeFaults, KeepLastKeepsTheNewest) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-4", "step-5"}));
   EXPECT_EQ(glint::read_file(dir + "/run/checkpoints/latest"), "step-5\n");
-}
-
-// Waits for `pid` up to `seconds`; its exit status (128 + signal), or -1 on timeout.
-int wait_for(pid_t pid, double seconds) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    int status;
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return -1;
-}
-
-// Starts `cmd` (through sh, exec'd so the pid is the command's) with output to `log`.
-pid_t start(const std::string& cmd, const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    std::string full = "exec env " + cmd + " > '" + log + "' 2>&1";
-    ::execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
 }
 
 size_t lines_in(const std::string& path) { return read_jsonl(path).size(); }

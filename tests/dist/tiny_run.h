@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 
@@ -55,6 +59,29 @@ inline std::string make_data(const std::string& path, int lines, int seed) {
     out << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
   }
   return path;
+}
+
+// Waits for `pid` up to `seconds`; its exit status (128 + signal), or -1 on timeout.
+inline int wait_for(pid_t pid, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return -1;
+}
+
+// Starts `cmd` (through sh, exec'd so the pid is the command's) with output to `log`.
+inline pid_t start(const std::string& cmd, const std::string& log) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::string full = "exec env " + cmd + " > '" + log + "' 2>&1";
+    ::execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
 }
 
 // |a - b| relative to the larger magnitude.
