@@ -125,12 +125,19 @@ std::vector<GenerationResult> generate(CausalLMImpl& model, const std::vector<Ge
     at::Tensor host = logits.to(at::kCPU, at::kDouble).contiguous();  // [B,V]
     at::Tensor logp = at::log_softmax(host, -1);
     std::vector<int64_t> still;  // batch rows that go on
+    std::vector<int64_t> chosen(running.size(), -1);  // -1: the row is done (max_new_tokens 0)
+    for (size_t b = 0; b < running.size(); ++b) {
+      const size_t n = running[b];
+      if (int64_t(results[n].tokens.size()) < requests[n].sampling.max_new_tokens)
+        chosen[b] = samplers[n].choose(host[b].data_ptr<double>(), V);
+    }
+    if (options.agree) options.agree(chosen);
     for (size_t b = 0; b < running.size(); ++b) {
       const size_t n = running[b];
       GenerationResult& res = results[n];
       const SamplingParams& sp = requests[n].sampling;
-      if (int64_t(res.tokens.size()) >= sp.max_new_tokens) continue;  // max_new_tokens 0
-      const int64_t token = samplers[n].choose(host[b].data_ptr<double>(), V);
+      if (chosen[b] < 0) continue;
+      const int64_t token = chosen[b];
       res.tokens.push_back(token);
       res.logprobs.push_back(logp[b][token].item<double>());
       if (options.keep_logits) kept_logits[n].push_back(host[b].clone());

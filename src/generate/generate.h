@@ -55,6 +55,11 @@ struct GenerateOptions {
   bool recompute = false;
   TenantBank* tenants = nullptr;  // the bank whose slots requests name (set_rows is called)
   bool keep_logits = false;       // fill GenerationResult::logits (tests)
+  // Called with each step's chosen tokens (one per running request, -1 for none) before
+  // they are used; it may replace them. Ranks that generate together make one rank's
+  // choices everyone's (a last-bit difference in logits could otherwise pick another
+  // token on one rank, and the ranks' forwards would diverge).
+  std::function<void(std::vector<int64_t>&)> agree;
 };
 
 // Called with each new token as soon as it is chosen: (request index, token).

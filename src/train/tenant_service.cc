@@ -250,6 +250,13 @@ std::vector<GenerationResult> Trainer::service_generate(const std::vector<Genera
   if (fsdp_) fsdp_->gather(fsdp_->root_unit());
   GenerateOptions options;
   options.tenants = bank_.get();
+  if (comm_->size() > 1)
+    options.agree = [this](std::vector<int64_t>& tokens) {
+      at::Tensor t = at::tensor(tokens, at::kLong).to(model_->placement.device);
+      comm_->broadcast(t, 0);
+      t = t.to(at::kCPU).contiguous();
+      std::copy_n(t.data_ptr<int64_t>(), tokens.size(), tokens.begin());
+    };
   std::vector<GenerationResult> out;
   try {
     out = generate(*model_, requests, {}, options);

@@ -400,6 +400,31 @@ TEST_F(Service, AnOwnerSeesAndTouchesOnlyItsOwnObjects) {
   bob.call("unload_model", {{"model_id", bob_model}});
 }
 
+TEST_F(Service, RequestsOfOneModelRunInSeqIdOrderWhateverTheirArrival) {
+  TinkerClient c(server_->port, kAlice);
+  const std::string session = c.session();
+  const std::string shuffled = c.create_model(session, base(c), 2, 4), ordered = c.create_model(session, base(c), 2, 4);
+  const json d1 = ce_datum({1, 2, 3, 4, 5}, 0.25), d2 = ce_datum({5, 4, 3, 2}, 1.0 / 3);
+  const json adam = {{"learning_rate", 0.05}};
+  // The optimizer step (seq 3) arrives first, then seq 2, then seq 1.
+  std::vector<json> futures = {
+      c.post("optim_step", {{"model_id", shuffled}, {"seq_id", 3}, {"adam_params", adam}}).body,
+      c.post("forward_backward", forward_body(shuffled, {d2}, "cross_entropy", nullptr, 2)).body,
+      c.post("forward_backward", forward_body(shuffled, {d1}, "cross_entropy", nullptr, 1)).body};
+  c.call("forward_backward", forward_body(ordered, {d1}, "cross_entropy", nullptr, 1));
+  c.call("forward_backward", forward_body(ordered, {d2}, "cross_entropy", nullptr, 2));
+  const double g = c.call("optim_step", {{"model_id", ordered}, {"seq_id", 3}, {"adam_params", adam}})["metrics"]["grad_norm:mean"];
+  EXPECT_NEAR(c.wait(futures[0])["metrics"]["grad_norm:mean"].get<double>(), g, 1e-12 * g);
+  c.wait(futures[1]);
+  c.wait(futures[2]);
+  auto loss = [&](const std::string& id) {
+    return c.call("forward", {{"model_id", id}, {"forward_input", {{"data", {d1}}, {"loss_fn", "cross_entropy"}}}})["metrics"]["loss:sum"].get<double>();
+  };
+  EXPECT_NEAR(loss(shuffled), loss(ordered), 1e-12);
+  c.call("unload_model", {{"model_id", shuffled}});
+  c.call("unload_model", {{"model_id", ordered}});
+}
+
 // Sends raw bytes on a fresh connection and closes it without reading.
 void send_and_close(int port, const std::string& bytes) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -460,7 +485,7 @@ TEST(ServiceFaults, FuturesAnswerTryAgainWhileTheirCycleWaits) {
   ServeProcess server;
   // A 1.5 s cycle window and a 0.2 s long-poll: the first polls must answer try_again.
   server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --cycle-window-ms 1500 "
-                                                                        "--poll-seconds 0.2");
+                                                                        "--poll-seconds 0.2 --max-pending 3");
   TinkerClient c(server.port);
   const std::string session = c.session();
   Reply fut = c.post("create_model", {{"session_id", session}, {"model_seq_id", 0},
@@ -471,8 +496,46 @@ TEST(ServiceFaults, FuturesAnswerTryAgainWhileTheirCycleWaits) {
   EXPECT_EQ(first.status, 200);
   EXPECT_EQ(first.body, json({{"type", "try_again"}, {"request_id", fut.body["request_id"]}, {"queue_state", "active"}}));
   int retries = 0;
-  EXPECT_TRUE(c.wait(fut.body, &retries).contains("model_id"));
+  const json created = c.wait(fut.body, &retries);
+  ASSERT_TRUE(created.contains("model_id")) << created.dump();
   EXPECT_GE(retries, 1);
+  // --max-pending 3: a fourth queued request is 429 with Retry-After.
+  std::vector<json> queued;
+  for (int i = 0; i < 3; ++i) {
+    Reply r = c.post("forward", {{"model_id", created["model_id"]},
+                                 {"forward_input", {{"data", {ce_datum({1, 2, 3}, 1.0)}}, {"loss_fn", "cross_entropy"}}}});
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    queued.push_back(r.body);
+  }
+  Reply over = c.post("forward", {{"model_id", created["model_id"]},
+                                  {"forward_input", {{"data", {ce_datum({1, 2, 3}, 1.0)}}, {"loss_fn", "cross_entropy"}}}});
+  EXPECT_EQ(over.status, 429) << over.body.dump();
+  EXPECT_EQ(over.retry_after, "1");
+  for (const auto& q : queued) EXPECT_TRUE(c.wait(q).contains("metrics"));
+  EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
+}
+
+TEST(ServiceFaults, ASilentSessionEndsAndFreesItsSlotsAHeartbeatKeepsOneAlive) {
+  const std::string dir = glint::testing::fresh_temp_dir("serve_expiry");
+  const std::string model = glint::testing::make_model(dir);
+  ServeProcess server;
+  server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --session-timeout 1 "
+                                                                        "--max-tenants 2 --cycle-window-ms 0");
+  TinkerClient c(server.port);
+  const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+  const std::string silent = c.session(), alive = c.session();
+  const std::string a = c.create_model(silent, base, 2, 1), b = c.create_model(alive, base, 2, 1);
+  for (int i = 0; i < 10; ++i) {  // 2.5 s: `alive` beats, `silent` does not
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    EXPECT_EQ(c.post("session_heartbeat", {{"session_id", alive}}).status, 200);
+  }
+  // The silent session's model is unloaded, its slot free again; the other trains on.
+  Reply gone = c.post("forward", {{"model_id", a}, {"forward_input", {{"data", {ce_datum({1, 2, 3}, 1.0)}}, {"loss_fn", "cross_entropy"}}}});
+  EXPECT_EQ(gone.status, 400) << gone.body.dump();
+  EXPECT_NE(gone.body.value("error", "").find("unloaded"), std::string::npos) << gone.body.dump();
+  EXPECT_EQ(c.post("session_heartbeat", {{"session_id", silent}}).status, 404);
+  EXPECT_TRUE(c.call("forward_backward", forward_body(b, {ce_datum({1, 2, 3}, 1.0)})).contains("metrics"));
+  EXPECT_FALSE(c.create_model(alive, base, 2, 2).empty());
   EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
 }
 

@@ -98,6 +98,21 @@ TEST_P(ServiceTraining, TenantEqualsGlintTrainAloneWithAnotherTenantConcurrently
   }
   nlohmann::json saved = client.call("save_weights_for_sampler", {{"model_id", a}, {"path", "final"}, {"seq_id", seq}});
   ASSERT_EQ(saved.value("path", ""), "tinker://" + a + "/sampler_weights/final") << saved.dump();
+  // Sampling from it on this mesh: greedy, and at temperature 1 with a seed; the first
+  // token's log-probability is the forward pass's.
+  const nlohmann::json prompt = {{"chunks", {{{"tokens", {1, 2, 3}}}}}};
+  nlohmann::json greedy = client.call("asample", {{"model_path", saved["path"]}, {"prompt", prompt}, {"num_samples", 2},
+                                                  {"sampling_params", {{"max_tokens", 4}, {"temperature", 0.0}}}});
+  ASSERT_EQ(greedy["sequences"].size(), 2u) << greedy.dump();
+  EXPECT_EQ(greedy["sequences"][0]["tokens"], greedy["sequences"][1]["tokens"]);
+  const int64_t first = greedy["sequences"][0]["tokens"][0];
+  nlohmann::json fwd = client.call("forward", {{"model_id", a}, {"forward_input", {{"data", {ce_datum({1, 2, 3, first}, 1.0)}},
+                                                                                   {"loss_fn", "cross_entropy"}}}});
+  EXPECT_NEAR(fwd["loss_fn_outputs"][0]["logprobs"]["data"][2].get<double>(),
+              greedy["sequences"][0]["logprobs"][0].get<double>(), 1e-10);
+  nlohmann::json sampled = client.call("asample", {{"model_path", saved["path"]}, {"prompt", prompt}, {"num_samples", 3},
+                                                   {"sampling_params", {{"max_tokens", 6}, {"seed", 5}}}});
+  ASSERT_EQ(sampled["sequences"].size(), 3u) << sampled.dump();
   EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
 
   // The step losses: the label-token mean of the step, the same sum.
