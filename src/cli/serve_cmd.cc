@@ -94,7 +94,8 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--ep", opts->ep, "expert parallelism: experts sharded over N ranks")->capture_default_str();
   cmd->add_option("--ep-layout", opts->ep_layout, "EP groups: contiguous or strided")->capture_default_str();
   cmd->add_flag("--activation-checkpointing", opts->activation_checkpointing, "recompute each layer in backward");
-  cmd->add_option("--micro-batch-size", opts->micro_batch_size, "rows per forward on a rank (0: all at once)")
+  opts->micro_batch_size = 8;
+  cmd->add_option("--micro-batch-size", opts->micro_batch_size, "rows per forward on a rank (0: all of its share at once)")
       ->capture_default_str();
   cmd->add_option("--dtype", opts->dtype, "auto, float32, bfloat16 or float64")->capture_default_str();
   cmd->add_option("--device", opts->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
