@@ -80,6 +80,7 @@ struct Service::Future {
   std::string owner;
   bool done = false;
   json response;
+  Clock::time_point finished;
 };
 
 struct Service::Session {
@@ -300,6 +301,7 @@ void Service::finish(const std::string& request_id, json response) {
   if (it == futures_.end()) return;
   it->second.done = true;
   it->second.response = std::move(response);
+  it->second.finished = Clock::now();
   --pending_count_[it->second.owner];
 }
 
@@ -726,6 +728,9 @@ json Service::next_program(double max_wait) {
     lock.lock();
   }
   expire_sessions();
+  // A result not fetched within an hour is dropped (retrieve_future: 404).
+  for (auto it = futures_.begin(); it != futures_.end();)
+    it = it->second.done && Clock::now() - it->second.finished > std::chrono::hours(1) ? futures_.erase(it) : std::next(it);
   in_flight_.clear();
   in_flight_done_.clear();
   std::vector<json> phases[6];
@@ -737,6 +742,21 @@ json Service::next_program(double max_wait) {
     phases[phase].push_back(std::move(op));
     phase_ids[phase].push_back(std::move(ids));
     phase_done[phase].push_back(std::move(done));
+  };
+  // An operation answering several requests (a merged forward, a sample batch): its
+  // result holds one answer per request, or the operation failed for them all.
+  auto per_item = [this](std::vector<std::string> ids) {
+    return [this, ids = std::move(ids)](const json& res) {
+      if (res.contains("error")) {
+        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
+        return;
+      }
+      const json& per = res.at("result");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (per[i].contains("error")) finish(ids[i], {{"error", per[i].at("error")}, {"category", "user"}});
+        else finish(ids[i], per[i].at("result"));
+      }
+    };
   };
   const auto now = Clock::now();
   for (const std::string& id : model_order_) {
@@ -805,17 +825,7 @@ json Service::next_program(double max_wait) {
   for (int k = 0; k < 2; ++k) {
     if (items[k].empty()) continue;
     std::vector<std::string> ids = item_ids[k];
-    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, [this, ids](const json& res) {
-      if (res.contains("error")) {
-        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
-        return;
-      }
-      const json& per = res.at("result");
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (per[i].contains("error")) finish(ids[i], {{"error", per[i].at("error")}, {"category", "user"}});
-        else finish(ids[i], per[i].at("result"));
-      }
-    });
+    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, per_item(ids));
   }
   // Sampling: the adapters this cycle's requests need are made resident (least recently
   // used ones leave); requests beyond the sampler slots wait for a later cycle.
@@ -870,17 +880,7 @@ json Service::next_program(double max_wait) {
       r.erase("path");
       r.erase("dir");
     }
-    add(4, {{"op", "sample"}, {"requests", requests}}, ids, [this, ids](const json& res) {
-      if (res.contains("error")) {
-        for (const auto& rid : ids) finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
-        return;
-      }
-      const json& per = res.at("result");
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (per[i].contains("error")) finish(ids[i], {{"error", per[i].at("error")}, {"category", "user"}});
-        else finish(ids[i], per[i].at("result"));
-      }
-    });
+    add(4, {{"op", "sample"}, {"requests", requests}}, ids, per_item(ids));
   }
   json ops = json::array();
   for (int ph = 0; ph < 6; ++ph)

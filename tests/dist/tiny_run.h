@@ -31,8 +31,8 @@ inline RunResult launch(int ranks, const std::string& args) {
 
 // A tiny Qwen3-MoE (8 experts, a dense second layer) written by init-model; `hidden`
 // sets its size.
-inline std::string make_model(const std::string& dir, int hidden = 32, int expert_width = 16) {
-  nlohmann::json cfg = {{"model_type", "qwen3_moe"},     {"vocab_size", 16},          {"hidden_size", hidden},
+inline std::string make_model(const std::string& dir, int hidden = 32, int expert_width = 16, int vocab = 16) {
+  nlohmann::json cfg = {{"model_type", "qwen3_moe"},     {"vocab_size", vocab},       {"hidden_size", hidden},
                         {"intermediate_size", 48},       {"moe_intermediate_size", expert_width},
                         {"num_hidden_layers", 2},        {"num_attention_heads", 4},  {"num_key_value_heads", 2},
                         {"head_dim", 8},                 {"num_experts", 8},          {"num_experts_per_tok", 2},

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/tokenizer.h"
 #include "serve/serve_util.h"
 
 namespace {
@@ -536,6 +537,46 @@ TEST(ServiceFaults, ASilentSessionEndsAndFreesItsSlotsAHeartbeatKeepsOneAlive) {
   EXPECT_EQ(c.post("session_heartbeat", {{"session_id", silent}}).status, 404);
   EXPECT_TRUE(c.call("forward_backward", forward_body(b, {ce_datum({1, 2, 3}, 1.0)})).contains("metrics"));
   EXPECT_FALSE(c.create_model(alive, base, 2, 2).empty());
+  EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
+}
+
+TEST(ServiceSampling, StopStringsEndASequenceWhereTheirTokensAppear) {
+  // A model with a tokenizer: stop strings are tokenized by it.
+  const std::string dir = glint::testing::fresh_temp_dir("serve_stop");
+  const std::string model = glint::testing::make_model(dir, 32, 16, 280);
+  fs::copy_file(std::string(GLINT_TEST_DATA_DIR) + "/tokenizer_fixture/tokenizer.json", model + "/tokenizer.json");
+  const glint::Tokenizer tok = glint::Tokenizer::load(model);
+  ServeProcess server;
+  server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --cycle-window-ms 0");
+  TinkerClient c(server.port);
+  const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+  const json prompt = {{"chunks", {{{"tokens", {5, 40, 77}}}}}};
+  auto sample = [&](json params) {
+    params["max_tokens"] = 12;
+    params["temperature"] = 0.0;
+    return c.call("asample", {{"base_model", base}, {"prompt", prompt}, {"sampling_params", params}})["sequences"][0];
+  };
+  const std::vector<int64_t> free = sample(json::object())["tokens"];
+  ASSERT_EQ(free.size(), 12u);
+  // A stop string made of a generated token's text: the sequence ends after the first
+  // place where the string's tokens appear.
+  int checked = 0;
+  for (size_t k = 2; k < free.size() && checked < 3; ++k) {
+    const std::string text = tok.decode({int32_t(free[k])});
+    std::vector<int32_t> enc = tok.encode(text, false);
+    if (text.empty() || enc.empty()) continue;
+    size_t end = 0;  // one past the first occurrence of enc in free
+    for (size_t i = 0; i + enc.size() <= free.size() && !end; ++i)
+      if (std::equal(enc.begin(), enc.end(), free.begin() + long(i))) end = i + enc.size();
+    if (!end) continue;
+    json got = sample({{"stop", text}});
+    EXPECT_EQ(got["stop_reason"], "stop") << text;
+    EXPECT_EQ(got["tokens"], json(std::vector<int64_t>(free.begin(), free.begin() + long(end)))) << text;
+    json listed = sample({{"stop", {"no such text in the vocabulary", text}}});
+    EXPECT_EQ(listed["tokens"], got["tokens"]);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
   EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
 }
 
