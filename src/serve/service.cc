@@ -136,7 +136,11 @@ HttpResponse Service::handle(const HttpRequest& req) {
   if (!idem.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idempotent_.find(idem);
-    if (it != idempotent_.end()) return reply(json::parse(it->second));  // a retry: the first answer
+    if (it != idempotent_.end()) {
+      if (it->second.empty()) return error_reply(409, "the first request with this X-Idempotency-Key is still being handled");
+      return reply(json::parse(it->second));  // a retry: the first answer
+    }
+    idempotent_[idem] = "";  // in progress: a concurrent retry waits for it
   }
   HttpResponse r;
   try {
@@ -151,8 +155,12 @@ HttpResponse Service::handle(const HttpRequest& req) {
   } catch (const std::exception& e) {
     r = {500, json{{"error", e.what()}, {"category", "server"}}.dump(), {}};
   }
-  if (!idem.empty() && r.status == 200) {
+  if (!idem.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (r.status != 200) {  // not done: a retry runs it again
+      idempotent_.erase(idem);
+      return r;
+    }
     idempotent_[idem] = r.body;
     idempotent_order_.push_back(idem);
     while (idempotent_order_.size() > 100000) {

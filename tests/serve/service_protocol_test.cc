@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "data/tokenizer.h"
 #include "serve/serve_util.h"
@@ -207,6 +208,36 @@ TEST_F(Service, EveryRouteWithTheSdksShapesAndDefaults) {
   // unload_model: the model's requests are refused after.
   EXPECT_EQ(c.call("unload_model", {{"model_id", id}})["model_id"], id);
   EXPECT_EQ(c.post("forward_backward", forward_body(id, {ce_datum(seq_a, 1.0)})).status, 400);
+}
+
+TEST_F(Service, TrainMlpAndTrainAttnChooseTheAdaptedProjections) {
+  TinkerClient c(server_->port, kAlice);
+  const std::string session = c.session();
+  auto targets = [&](bool mlp, bool attn) {
+    json res = c.call("create_model", {{"session_id", session}, {"model_seq_id", 0}, {"base_model", base(c)},
+                                       {"lora_config", {{"rank", 2}, {"train_mlp", mlp}, {"train_attn", attn}, {"train_unembed", false}}}});
+    const std::string id = res.at("model_id");
+    const std::string path = c.call("save_weights_for_sampler", {{"model_id", id}, {"path", "t"}})["path"];
+    json info = c.post("weights_info", {{"tinker_path", path}}).body;
+    EXPECT_EQ(info["train_mlp"], mlp);
+    EXPECT_EQ(info["train_attn"], attn);
+    json cfg = glint::read_json_file(*dir_ + "/state/runs/" + id + "/sampler_weights/t/adapter_config.json");
+    c.call("unload_model", {{"model_id", id}});
+    std::set<std::string> t;
+    for (const auto& m : cfg["target_modules"]) t.insert(m);
+    for (const auto& p : cfg.value("target_parameters", json::array())) {  // PEFT's "mlp.experts.down_proj"
+      const std::string name = p;
+      t.insert("experts." + name.substr(name.rfind('.') + 1));
+    }
+    return t;
+  };
+  // The tiny model: attention q/k/v/o, a dense MLP in layer 1, experts in layer 0.
+  EXPECT_EQ(targets(true, false), (std::set<std::string>{"gate_proj", "up_proj", "down_proj", "experts.gate_up_proj",
+                                                         "experts.down_proj"}));
+  EXPECT_EQ(targets(false, true), (std::set<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  Reply none = c.post("create_model", {{"session_id", session}, {"model_seq_id", 0}, {"base_model", base(c)},
+                                       {"lora_config", {{"rank", 2}, {"train_mlp", false}, {"train_attn", false}}}});
+  EXPECT_EQ(none.status, 400) << none.body.dump();
 }
 
 TEST_F(Service, EachLossThroughTheServiceAgainstAHandComputedValue) {
