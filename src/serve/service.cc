@@ -36,19 +36,6 @@ HttpResponse error_reply(int status, const std::string& message) {
   return {status, json{{"error", message}, {"category", "user"}}.dump(), {}};
 }
 
-std::string iso_time(std::time_t t) {
-  char buf[32];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::time_t mtime(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? st.st_mtime : 0;
-}
-
 int phase_of(const std::string& kind) {
   if (kind == "create" || kind == "load") return 0;
   if (kind == "forward" || kind == "forward_backward") return 1;
@@ -95,15 +82,8 @@ struct Service::SamplingSession {
   std::string dir;
 };
 
-Service::Service(ServiceOptions options) : opt_(std::move(options)), rng_(std::random_device{}()) {
-  make_dirs(opt_.state_dir + "/runs");
-  // A save interrupted by a crash left a hidden partial directory: never listed, removed.
-  std::error_code ec;
-  for (const auto& run : fs::directory_iterator(opt_.state_dir + "/runs", ec))
-    for (const char* kind : {"weights", "sampler_weights", "ephemeral"})
-      for (const auto& e : fs::directory_iterator(run.path() / kind, ec))
-        if (e.path().filename().string().rfind('.', 0) == 0) fs::remove_all(e.path(), ec);
-}
+Service::Service(ServiceOptions options)
+    : opt_(std::move(options)), store_(opt_.state_dir), rng_(std::random_device{}()) {}
 
 Service::~Service() { stop(); }
 
@@ -119,8 +99,6 @@ std::string Service::new_id(const char* prefix) {
   std::snprintf(buf, sizeof buf, "%s%016llx", prefix, (unsigned long long)rng_());
   return buf;
 }
-
-std::string Service::run_dir(const std::string& model_id) const { return opt_.state_dir + "/runs/" + model_id; }
 
 HttpResponse Service::handle(const HttpRequest& req) {
   std::string owner = "local";
@@ -201,7 +179,7 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
     throw ClientError(429, "too many queued requests (" + std::to_string(opt_.max_pending) + "); retry later");
   p.request_id = new_id("req-");
   p.owner = owner;
-  futures_[p.request_id] = Future{owner, false, json()};
+  futures_[p.request_id] = Future{owner, false, json(), Clock::time_point()};
   ++pending_count_[owner];
   const std::string id = p.request_id;
   if (model_id.empty()) {
@@ -220,72 +198,11 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
   return reply(body);
 }
 
-bool Service::resolve_path(const std::string& owner, const std::string& path, std::string* run, std::string* kind,
-                           std::string* name, std::string* dir) {
-  const std::string prefix = "tinker://";
-  if (path.rfind(prefix, 0) != 0) throw ClientError(400, "path '" + path + "': expected tinker://RUN/weights/NAME");
-  std::string rest = path.substr(prefix.size());
-  size_t a = rest.find('/'), b = a == std::string::npos ? a : rest.find('/', a + 1);
-  if (b == std::string::npos) throw ClientError(400, "path '" + path + "': expected tinker://RUN/weights/NAME");
-  *run = rest.substr(0, a);
-  *kind = rest.substr(a + 1, b - a - 1);
-  *name = rest.substr(b + 1);
-  if (*kind != "weights" && *kind != "sampler_weights")
-    throw ClientError(400, "path '" + path + "': the kind is weights or sampler_weights, not '" + *kind + "'");
-  tinker::check_checkpoint_name(*name, "path '" + path + "'");
-  tinker::check_checkpoint_name(*run, "path '" + path + "'");
-  const std::string run_json = run_dir(*run) + "/run.json";
-  if (!path_exists(run_json)) return false;
-  if (read_json_file(run_json).value("owner", "") != owner) return false;
-  *dir = run_dir(*run) + "/" + *kind + "/" + *name;
-  return path_exists(*dir);
-}
-
-json Service::training_run_json(const std::string& id) {
-  json run = read_json_file(run_dir(id) + "/run.json");
-  json cks = checkpoints_json(id);
-  json last_training = nullptr, last_sampler = nullptr;
-  for (const auto& c : cks) {
-    json& slot = c.at("checkpoint_type") == "training" ? last_training : last_sampler;
-    if (slot.is_null() || slot.at("time").get<std::string>() <= c.at("time").get<std::string>()) slot = c;
-  }
-  return {{"training_run_id", id},
-          {"base_model", run.at("base_model")},
-          {"model_owner", run.at("owner")},
-          {"is_lora", true},
-          {"corrupted", false},
-          {"lora_rank", run.at("lora").at("r")},
-          {"last_request_time", iso_time(mtime(run_dir(id)))},
-          {"last_checkpoint", last_training},
-          {"last_sampler_checkpoint", last_sampler},
-          {"user_metadata", run.value("user_metadata", json(nullptr))}};
-}
-
-json Service::checkpoints_json(const std::string& id) {
-  json out = json::array();
-  for (const char* kind : {"weights", "sampler_weights"}) {
-    std::error_code ec;
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(run_dir(id) + "/" + kind, ec)) {
-      std::string n = e.path().filename().string();
-      if (n.rfind('.', 0) != 0) names.push_back(n);
-    }
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
-      const std::string dir = run_dir(id) + "/" + kind + "/" + n;
-      uint64_t bytes = 0;
-      for (const auto& f : fs::recursive_directory_iterator(dir, ec))
-        if (f.is_regular_file()) bytes += f.file_size();
-      out.push_back({{"checkpoint_id", std::string(kind) + "/" + n},
-                     {"checkpoint_type", std::string(kind) == "weights" ? "training" : "sampler"},
-                     {"time", iso_time(mtime(dir))},
-                     {"tinker_path", "tinker://" + id + "/" + kind + "/" + n},
-                     {"size_bytes", bytes},
-                     {"public", false},
-                     {"expires_at", nullptr}});
-    }
-  }
-  return out;
+std::string Service::owned_checkpoint(const std::string& owner, const std::string& path, RunStore::Path* out) {
+  RunStore::Path p = RunStore::parse(path);  // a malformed path: 400
+  if (store_.owned_run(owner, p.run).is_null() || !path_exists(store_.dir(p))) throw ClientError(404, "no checkpoint " + path);
+  *out = p;
+  return store_.dir(p);
 }
 
 HttpResponse Service::retrieve(const std::string& owner, const json& body) {
@@ -384,10 +301,8 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     m.session = session;
     m.lora = lora;
     m.seed = uint64_t(tinker::integer(cfg, "seed", "lora_config", int64_t(rng_() >> 33)));
-    json run = {{"owner", owner}, {"base_model", base}, {"lora", lora}, {"seed", m.seed},
-                {"user_metadata", body.value("user_metadata", json(nullptr))}, {"created", iso_time(std::time(nullptr))}};
-    make_dirs(run_dir(id));
-    write_text_atomic(run_dir(id) + "/run.json", run.dump(1));
+    store_.create_run(id, {{"owner", owner}, {"base_model", base}, {"lora", lora}, {"seed", m.seed},
+                           {"user_metadata", body.value("user_metadata", json(nullptr))}});
     models_[id] = std::move(m);
     model_order_.push_back(id);
     s->second.models.push_back(id);
@@ -463,17 +378,17 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
                               !body["sampling_session_seq_id"].is_null();
     std::string dir;
     if (session_only) {
-      dir = run_dir(id) + "/ephemeral/" + std::to_string(++sampler_counter_);
+      dir = store_.run_dir(id) + "/ephemeral/" + std::to_string(++sampler_counter_);
     } else {
       if (name.empty()) name = new_id("ckpt-");
       tinker::check_checkpoint_name(name, "path");
-      dir = run_dir(id) + "/" + kind + "/" + name;
+      dir = store_.dir({id, kind, name});
       if (path_exists(dir)) throw ClientError(409, "path: checkpoint '" + name + "' exists already (names are never overwritten)");
       for (const auto& [oid, m] : models_)
         for (const auto& q : m.queue)
           if (q.info.value("dir", "") == dir) throw ClientError(409, "path: checkpoint '" + name + "' is being saved already");
     }
-    const std::string partial = fs::path(dir).parent_path().string() + "/." + fs::path(dir).filename().string() + ".partial";
+    const std::string partial = RunStore::partial_of(dir);
     make_dirs(fs::path(dir).parent_path().string());
     pd.info = {{"dir", dir}, {"partial", partial}, {"path", "tinker://" + id + "/" + kind + "/" + name},
                {"session_only", session_only}, {"session", models_.at(id).session}};
@@ -486,11 +401,11 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
   if (post("load_weights")) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string id = owned_model("");
-    std::string run, kind, name, dir;
+    RunStore::Path cp;
     const std::string path = tinker::text(body, "path", "");
-    if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
-    if (kind != "weights") throw ClientError(400, "path: load_weights reads weights/ checkpoints (with optimizer state), not " + kind);
-    const json saved = read_json_file(run_dir(run) + "/run.json").at("lora");
+    const std::string dir = owned_checkpoint(owner, path, &cp);
+    if (cp.kind != "weights") throw ClientError(400, "path: load_weights reads weights/ checkpoints (with optimizer state), not " + cp.kind);
+    const json saved = store_.owned_run(owner, cp.run).at("lora");
     const json& mine = models_.at(id).lora;
     for (const char* k : {"r", "target_modules", "target_parameters"})
       if (saved.at(k) != mine.at(k))
@@ -518,9 +433,9 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     SamplingSession ss{owner, session, "", ""};
     const std::string path = tinker::text(body, "model_path", "", "");
     if (!path.empty()) {
-      std::string run, kind, name;
-      if (!resolve_path(owner, path, &run, &kind, &name, &ss.dir)) throw ClientError(404, "no checkpoint " + path);
-      if (kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
+      RunStore::Path cp;
+      ss.dir = owned_checkpoint(owner, path, &cp);
+      if (cp.kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
       ss.path = path;
     } else {
       const std::string base = tinker::text(body, "base_model", "", opt_.base_model);
@@ -579,9 +494,9 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
       dir = it->second.dir;
     } else if (body.contains("model_path") && !body["model_path"].is_null()) {
       path = tinker::text(body, "model_path", "");
-      std::string run, kind, name;
-      if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
-      if (kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
+      RunStore::Path cp;
+      dir = owned_checkpoint(owner, path, &cp);
+      if (cp.kind != "sampler_weights") throw ClientError(400, "model_path: sampling reads sampler_weights/ checkpoints");
     } else {
       const std::string base = tinker::text(body, "base_model", "", opt_.base_model);
       if (base != opt_.base_model) throw ClientError(400, "base_model: '" + base + "' is not served");
@@ -601,36 +516,14 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
   if (post("retrieve_future")) return retrieve(owner, body);
   if (post("weights_info")) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string run, kind, name, dir;
-    const std::string path = tinker::text(body, "tinker_path", "");
-    if (!resolve_path(owner, path, &run, &kind, &name, &dir)) throw ClientError(404, "no checkpoint " + path);
-    json rj = read_json_file(run_dir(run) + "/run.json");
+    RunStore::Path cp;
+    owned_checkpoint(owner, tinker::text(body, "tinker_path", ""), &cp);
+    const json rj = store_.owned_run(owner, cp.run);
     const json& l = rj.at("lora");
     return reply({{"base_model", rj.at("base_model")}, {"is_lora", true}, {"lora_rank", l.at("r")},
                   {"train_unembed", l.at("train_unembed")}, {"train_mlp", l.at("train_mlp")}, {"train_attn", l.at("train_attn")}});
   }
   // REST listings: the owner's runs and checkpoints, from disk (they outlive the server).
-  auto owned_runs = [&] {
-    std::vector<std::string> ids;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(opt_.state_dir + "/runs", ec)) {
-      const std::string rj = e.path().string() + "/run.json";
-      if (path_exists(rj) && read_json_file(rj).value("owner", "") == owner) ids.push_back(e.path().filename().string());
-    }
-    std::sort(ids.begin(), ids.end());
-    return ids;
-  };
-  auto owned_run = [&](const std::string& id) {
-    const std::string rj = run_dir(id) + "/run.json";
-    bool ok = true;
-    try {
-      tinker::check_checkpoint_name(id, "training run");
-    } catch (const Error&) {
-      ok = false;
-    }
-    if (!ok || !path_exists(rj) || read_json_file(rj).value("owner", "") != owner)
-      throw ClientError(404, "no training run '" + id + "'");
-  };
   auto query_int = [&](const char* key, int64_t fallback) {
     auto it = req.query.find(key);
     if (it == req.query.end()) return fallback;
@@ -641,34 +534,25 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
   };
   const std::string runs = "training_runs";
   if (req.method == "GET" && r == runs) {
-    std::vector<std::string> ids = owned_runs();
+    std::vector<std::string> ids = store_.runs_of(owner);
     const int64_t limit = query_int("limit", 20), offset = query_int("offset", 0);
     json list = json::array();
-    for (int64_t i = offset; i < int64_t(ids.size()) && i < offset + limit; ++i) list.push_back(training_run_json(ids[i]));
+    for (int64_t i = offset; i < int64_t(ids.size()) && i < offset + limit; ++i) list.push_back(store_.training_run(ids[i]));
     return reply({{"training_runs", list}, {"cursor", {{"offset", offset}, {"limit", limit}, {"total_count", ids.size()}}}});
   }
   if (r.rfind(runs + "/", 0) == 0) {
     std::string rest = r.substr(runs.size() + 1);
     const size_t slash = rest.find('/');
     const std::string id = rest.substr(0, slash);
-    owned_run(id);
-    if (req.method == "GET" && slash == std::string::npos) return reply(training_run_json(id));
+    if (store_.owned_run(owner, id).is_null()) throw ClientError(404, "no training run '" + id + "'");
+    if (req.method == "GET" && slash == std::string::npos) return reply(store_.training_run(id));
     const std::string sub = slash == std::string::npos ? "" : rest.substr(slash + 1);
-    if (req.method == "GET" && sub == "checkpoints") return reply({{"checkpoints", checkpoints_json(id)}});
+    if (req.method == "GET" && sub == "checkpoints") return reply({{"checkpoints", store_.checkpoints(id)}});
     if (req.method == "DELETE" && sub.rfind("checkpoints/", 0) == 0) {
-      const std::string ck = sub.substr(12);  // weights/NAME or sampler_weights/NAME
-      const size_t s = ck.find('/');
-      const std::string kind = ck.substr(0, s), name = s == std::string::npos ? "" : ck.substr(s + 1);
-      if (kind != "weights" && kind != "sampler_weights") throw ClientError(400, "checkpoint id: weights/NAME or sampler_weights/NAME");
-      tinker::check_checkpoint_name(name, "checkpoint id");
-      const std::string dir = run_dir(id) + "/" + kind + "/" + name;
+      // weights/NAME or sampler_weights/NAME
+      const RunStore::Path cp = RunStore::parse("tinker://" + id + "/" + sub.substr(12));
       std::lock_guard<std::mutex> lock(mu_);
-      if (!path_exists(dir)) throw ClientError(404, "no checkpoint " + ck);
-      const std::string gone = run_dir(id) + "/" + kind + "/." + name + ".deleted";
-      std::error_code ec;
-      fs::rename(dir, gone, ec);
-      if (ec) throw std::runtime_error("cannot delete " + dir + ": " + ec.message());
-      fs::remove_all(gone, ec);
+      if (!store_.remove(cp)) throw ClientError(404, "no checkpoint " + cp.tinker());
       return reply(json::object());
     }
     if (req.method == "GET" && sub.rfind("checkpoints/", 0) == 0)
@@ -677,8 +561,8 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
   }
   if (req.method == "GET" && r == "checkpoints") {
     json all = json::array();
-    for (const auto& id : owned_runs())
-      for (auto& c : checkpoints_json(id)) all.push_back(c);
+    for (const auto& id : store_.runs_of(owner))
+      for (auto& c : store_.checkpoints(id)) all.push_back(c);
     return reply({{"checkpoints", all}, {"cursor", {{"offset", 0}, {"limit", all.size()}, {"total_count", all.size()}}}});
   }
   if (req.method == "GET" && r == "sessions") {

@@ -5,13 +5,7 @@
 // Threads: handle() is called from the HTTP server's threads; next_program() and
 // complete() from rank 0's main thread, which runs each program on every rank. One
 // mutex guards the state; a future's waiters are woken when its cycle completes.
-//
-// On disk (--state-dir):
-//   runs/<model_id>/run.json                   owner, base model, LoRA settings, seed
-//   runs/<model_id>/weights/<name>/            a tenant state (train/checkpoint.h form)
-//   runs/<model_id>/sampler_weights/<name>/    a PEFT adapter
-// Both kinds are written under a hidden ".<name>.partial" name and renamed when whole, so
-// a server killed while saving leaves every complete checkpoint listed and loadable.
+// Runs and checkpoints live on disk (serve/run_store.h) and outlive the process.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,6 +20,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "serve/run_store.h"
 
 namespace glint {
 
@@ -85,19 +81,16 @@ class Service {
   HttpResponse enqueue(const std::string& owner, const std::string& model_id, Pending pending);
   HttpResponse retrieve(const std::string& owner, const nlohmann::json& body);
   std::string new_id(const char* prefix);
-  std::string run_dir(const std::string& model_id) const;
-  nlohmann::json training_run_json(const std::string& model_id);
-  nlohmann::json checkpoints_json(const std::string& model_id);
-  // A tinker:// path owned by `owner`: its run, kind ("weights" or "sampler_weights"),
-  // name and directory. Throws glint::Error (400) for a malformed path; returns false
-  // when it does not exist or belongs to another owner (404).
-  bool resolve_path(const std::string& owner, const std::string& path, std::string* run, std::string* kind,
-                    std::string* name, std::string* dir);
+  // The directory of a checkpoint `owner` owns, named by a tinker:// path (*out: its
+  // parts). A malformed path throws glint::Error (400); one that does not exist or is
+  // another owner's answers 404.
+  std::string owned_checkpoint(const std::string& owner, const std::string& path, RunStore::Path* out);
   void expire_sessions();
   void finish(const std::string& request_id, nlohmann::json response);
   nlohmann::json lora_json(const nlohmann::json& lora_config, const std::string& where) const;
 
   ServiceOptions opt_;
+  RunStore store_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   bool stopping_ = false;
