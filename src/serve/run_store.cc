@@ -37,10 +37,12 @@ bool hidden(const fs::path& p) { return p.filename().string().rfind('.', 0) == 0
 RunStore::RunStore(std::string state_dir) : root_(std::move(state_dir) + "/runs") {
   make_dirs(root_);
   std::error_code ec;
-  for (const auto& run : fs::directory_iterator(root_, ec))
-    for (const char* kind : {"weights", "sampler_weights", "ephemeral"})
+  for (const auto& run : fs::directory_iterator(root_, ec)) {
+    for (const char* kind : {"weights", "sampler_weights"})
       for (const auto& e : fs::directory_iterator(run.path() / kind, ec))
         if (hidden(e.path())) fs::remove_all(e.path(), ec);
+    fs::remove_all(run.path() / "ephemeral", ec);  // the sampling sessions they served ended with the process
+  }
 }
 
 std::string RunStore::run_dir(const std::string& id) const { return root_ + "/" + id; }

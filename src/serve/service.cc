@@ -553,6 +553,11 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
       const RunStore::Path cp = RunStore::parse("tinker://" + id + "/" + sub.substr(12));
       std::lock_guard<std::mutex> lock(mu_);
       if (!store_.remove(cp)) throw ClientError(404, "no checkpoint " + cp.tinker());
+      // A sampler adapter loaded from it leaves too: a later checkpoint of that name is another.
+      if (auto r = resident_.find(cp.tinker()); r != resident_.end()) {
+        evicted_.push_back(r->second);
+        resident_.erase(r);
+      }
       return reply(json::object());
     }
     if (req.method == "GET" && sub.rfind("checkpoints/", 0) == 0)
@@ -719,6 +724,8 @@ json Service::next_program(double max_wait) {
     std::vector<std::string> ids = item_ids[k];
     add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, per_item(ids));
   }
+  for (const std::string& tenant : evicted_) add(4, {{"op", "remove"}, {"tenant", tenant}}, {}, [](const json&) {});
+  evicted_.clear();
   // Sampling: the adapters this cycle's requests need are made resident (least recently
   // used ones leave); requests beyond the sampler slots wait for a later cycle.
   if (!samples_.empty()) {

@@ -107,6 +107,7 @@ class Service {
   // Sampler adapters loaded into the bank: tinker path -> tenant name, and their use.
   std::map<std::string, std::string> resident_;
   std::map<std::string, uint64_t> last_use_;
+  std::vector<std::string> evicted_;  // sampler tenants to remove in the next cycle
   uint64_t use_clock_ = 0;
   int64_t sampler_counter_ = 0;
   // The program in flight: per op, the (request id, item) pairs it answers.
