@@ -3,7 +3,7 @@
 against `glint train` doing the same tenants' work in one process.
 
 Usage: run.py GLINT_BINARY [--clients N] [--steps S] [--batch B] [--seq-len L]
-              [--rank R] [--lines K] [--cycle-window-ms MS] [--server-tcp-nodelay]
+              [--rank R] [--lines K] [--cycle-window-ms MS]
               [--repeat K] [--skip-train] [--work DIR]
 
 1. Builds the model once (glint init-model --seed 0 from model.json beside this file:
@@ -23,10 +23,6 @@ Usage: run.py GLINT_BINARY [--clients N] [--steps S] [--batch B] [--seq-len L]
    --repeat K, steps 2 and 3 alternate K times and each side's fastest repetition is
    reported (the machine's noise only ever slows a run down), with every repetition's
    throughput under "repetitions".
-
---server-tcp-nodelay is a diagnostic: it preloads nodelay.c (built with cc into WORK)
-into glint serve so that its connections have TCP_NODELAY set, to show what the
-server's ~40 ms per HTTP request (Nagle's algorithm against delayed ACKs) costs.
 
 Tokens are non-padding input tokens: a service datum's input is ids[:-1] (L-1 tokens),
 glint train's row is the whole line (L tokens; its last position has no label).
@@ -182,13 +178,6 @@ def run_service(a, model, data, work):
     if a.cycle_window_ms is not None:
         cmd += ["--cycle-window-ms", str(a.cycle_window_ms)]
     env = None
-    if a.server_tcp_nodelay:  # the diagnostic: TCP_NODELAY on the server's connections
-        so = os.path.join(work, "nodelay.so")
-        p = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", so, os.path.join(HERE, "nodelay.c"), "-ldl"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            raise BenchError("cannot build nodelay.so:\n" + p.stdout[-2000:])
-        env = dict(os.environ, LD_PRELOAD=so)
     t0 = time.monotonic()
     server = start(cmd, log, env=env)
     while not os.path.exists(port_file):
@@ -333,8 +322,6 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--cycle-window-ms", type=float, default=None, help="passed to glint serve (default: its own)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for the clients, and for glint train")
-    ap.add_argument("--server-tcp-nodelay", action="store_true",
-                    help="diagnostic: preload nodelay.c into glint serve (TCP_NODELAY on its connections)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="alternate service and glint train this many times; report each side's fastest")
     ap.add_argument("--skip-train", action="store_true", help="the service part only")
@@ -352,7 +339,7 @@ def main():
         vocab = json.load(open(os.path.join(model, "config.json")))["vocab_size"]
         data = make_data(a.work, a.clients, lines, a.seq_len, vocab)
         rec = {"clients": a.clients, "steps": a.steps, "batch": a.batch, "seq_len": a.seq_len, "rank": a.rank,
-               "lines": lines, "cycle_window_ms": a.cycle_window_ms, "server_tcp_nodelay": a.server_tcp_nodelay,
+               "lines": lines, "cycle_window_ms": a.cycle_window_ms,
                "repeat": a.repeat}
         # Service and glint train alternate; each side's fastest repetition is reported (the
         # machine's noise only slows a run down).

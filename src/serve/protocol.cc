@@ -21,46 +21,40 @@ std::string path(const std::string& where, const char* key) { return where.empty
 
 }  // namespace
 
-std::string text(const nlohmann::json& j, const char* key, const std::string& where, std::optional<std::string> fallback) {
+namespace {
+
+// j[key] of type T when `ok` accepts it; absent or null gives the fallback.
+template <typename T, typename Ok>
+T field(const nlohmann::json& j, const char* key, const std::string& where, const std::optional<T>& fallback, Ok ok,
+        const char* expected) {
   const nlohmann::json* v = find(j, key, where);
   if (!v) {
     GLINT_CHECK(fallback, path(where, key), ": required");
     return *fallback;
   }
-  GLINT_CHECK(v->is_string(), path(where, key), ": expected a string, got ", v->type_name());
-  return v->get<std::string>();
+  GLINT_CHECK(ok(*v), path(where, key), ": expected ", expected, ", got ", v->dump());
+  return v->get<T>();
+}
+
+}  // namespace
+
+std::string text(const nlohmann::json& j, const char* key, const std::string& where, std::optional<std::string> fallback) {
+  return field<std::string>(j, key, where, fallback, [](const nlohmann::json& v) { return v.is_string(); }, "a string");
 }
 
 int64_t integer(const nlohmann::json& j, const char* key, const std::string& where, std::optional<int64_t> fallback) {
-  const nlohmann::json* v = find(j, key, where);
-  if (!v) {
-    GLINT_CHECK(fallback, path(where, key), ": required");
-    return *fallback;
-  }
-  GLINT_CHECK(v->is_number_integer(), path(where, key), ": expected an integer, got ", v->dump());
-  return v->get<int64_t>();
+  return field<int64_t>(j, key, where, fallback, [](const nlohmann::json& v) { return v.is_number_integer(); },
+                        "an integer");
 }
 
 double number(const nlohmann::json& j, const char* key, const std::string& where, std::optional<double> fallback) {
-  const nlohmann::json* v = find(j, key, where);
-  if (!v) {
-    GLINT_CHECK(fallback, path(where, key), ": required");
-    return *fallback;
-  }
-  GLINT_CHECK(v->is_number(), path(where, key), ": expected a number, got ", v->dump());
-  double x = v->get<double>();
+  const double x = field<double>(j, key, where, fallback, [](const nlohmann::json& v) { return v.is_number(); }, "a number");
   GLINT_CHECK(std::isfinite(x), path(where, key), ": expected a finite number");
   return x;
 }
 
 bool boolean(const nlohmann::json& j, const char* key, const std::string& where, std::optional<bool> fallback) {
-  const nlohmann::json* v = find(j, key, where);
-  if (!v) {
-    GLINT_CHECK(fallback, path(where, key), ": required");
-    return *fallback;
-  }
-  GLINT_CHECK(v->is_boolean(), path(where, key), ": expected true or false, got ", v->dump());
-  return v->get<bool>();
+  return field<bool>(j, key, where, fallback, [](const nlohmann::json& v) { return v.is_boolean(); }, "true or false");
 }
 
 const nlohmann::json& object(const nlohmann::json& j, const char* key, const std::string& where) {
