@@ -551,13 +551,13 @@ TEST(ServiceFaults, ASilentSessionEndsAndFreesItsSlotsAHeartbeatKeepsOneAlive) {
   const std::string dir = glint::testing::fresh_temp_dir("serve_expiry");
   const std::string model = glint::testing::make_model(dir);
   ServeProcess server;
-  server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --session-timeout 1 "
+  server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --session-timeout 2 "
                                                                         "--max-tenants 2 --cycle-window-ms 0");
   TinkerClient c(server.port);
   const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
   const std::string silent = c.session(), alive = c.session();
   const std::string a = c.create_model(silent, base, 2, 1), b = c.create_model(alive, base, 2, 1);
-  for (int i = 0; i < 10; ++i) {  // 2.5 s: `alive` beats, `silent` does not
+  for (int i = 0; i < 16; ++i) {  // 4 s: `alive` beats, `silent` does not
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     EXPECT_EQ(c.post("session_heartbeat", {{"session_id", alive}}).status, 200);
   }
