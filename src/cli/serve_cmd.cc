@@ -169,7 +169,7 @@ Action add_serve(CLI::App& app) {
       if (program.value("shutdown", false)) break;
       if (program.at("ops").empty()) continue;
       nlohmann::json results = executor.run(program);
-      if (lead) service->complete(program, results);
+      if (lead) service->complete(results);
     }
     if (lead) {
       http->stop();

@@ -19,8 +19,7 @@ class CheckpointRunner : public RecomputeRunner {
   explicit CheckpointRunner(std::vector<std::vector<at::Tensor>> trainable)
       : trainable_(std::move(trainable)) {}
   std::vector<at::Tensor> grad_inputs(int64_t index) override { return trainable_.at(index); }
-  // The layers' tensors anew (adapters came or went).
-  void set_trainable(std::vector<std::vector<at::Tensor>> trainable) { trainable_ = std::move(trainable); }
+  void set_layer_adapters(std::vector<std::vector<at::Tensor>> per_layer) override { trainable_ = std::move(per_layer); }
 
  private:
   std::vector<std::vector<at::Tensor>> trainable_;

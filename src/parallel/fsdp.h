@@ -56,8 +56,7 @@ class FsdpRunner : public RecomputeRunner {
   // (one element, zero strides): for code that reads shapes only, such as building
   // adapters for the layers. The parameters are released again after, also on a throw.
   void with_layer_shapes(const std::function<void()>& fn);
-  // The replicated tensors each layer uses anew (adapters came or went).
-  void set_adapters(std::vector<std::vector<at::Tensor>> adapters) { adapters_ = std::move(adapters); }
+  void set_layer_adapters(std::vector<std::vector<at::Tensor>> per_layer) override { adapters_ = std::move(per_layer); }
   int64_t num_shards(int64_t index) const override;
   std::vector<at::Tensor>* shard_params(int64_t index) override;
   // Starts the reduce-scatter of layer `index`'s gradients; returns undefined tensors.

@@ -25,6 +25,9 @@ class RecomputeRunner : public LayerRunner {
   // Tensors requiring grad, besides the layer input, whose gradients backward returns.
   // The first num_shards(index) are shards whose gradients are reduce_shard_grads().
   virtual std::vector<at::Tensor> grad_inputs(int64_t index) = 0;
+  // The replicated tensors requiring grad that each layer uses, anew (adapters came or
+  // went); per_layer[l] for layer l. REQUIRES: a frozen base (LoRA).
+  virtual void set_layer_adapters(std::vector<std::vector<at::Tensor>> per_layer) = 0;
   virtual int64_t num_shards(int64_t index) const { return 0; }
   // With shards: the layer's (gathered) parameters, whose gradients feed the shards'.
   virtual std::vector<at::Tensor>* shard_params(int64_t index) { return nullptr; }

@@ -23,6 +23,7 @@ nlohmann::json CycleExecutor::run(const nlohmann::json& program) {
         const nlohmann::json& l = op.at("lora");
         t.lora.r = l.at("r").get<int64_t>();
         t.lora.alpha = l.at("alpha").get<double>();
+        t.lora.use_rslora = l.value("rslora", false);
         t.lora.target_modules = l.at("target_modules").get<std::vector<std::string>>();
         t.lora.target_parameters = l.at("target_parameters").get<std::vector<std::string>>();
         t.seed = op.at("seed").get<uint64_t>();

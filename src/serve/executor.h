@@ -2,7 +2,7 @@
 // (JSON, the same on every rank, sent by rank 0) applied to the served model in order.
 //
 // Operations ({"op": ...}):
-//   add           {tenant, lora:{r, alpha, target_modules, target_parameters}, seed,
+//   add           {tenant, lora:{r, alpha, rslora?, target_modules, target_parameters}, seed,
 //                 trainable, adapter_dir?}: a fresh adapter, or a saved PEFT adapter's
 //   remove        {tenant}
 //   load_state    {tenant, dir, optimizer}: a saved tenant state (train/checkpoint.h form)

@@ -628,16 +628,13 @@ json Service::next_program(double max_wait) {
   // A result not fetched within an hour is dropped (retrieve_future: 404).
   for (auto it = futures_.begin(); it != futures_.end();)
     it = it->second.done && Clock::now() - it->second.finished > std::chrono::hours(1) ? futures_.erase(it) : std::next(it);
-  in_flight_.clear();
   in_flight_done_.clear();
   std::vector<json> phases[6];
-  std::vector<std::vector<std::string>> phase_ids[6];
   std::vector<std::function<void(const json&)>> phase_done[6];
   json items[2] = {json::array(), json::array()};  // forward, forward_backward
   std::vector<std::string> item_ids[2];
-  auto add = [&](int phase, json op, std::vector<std::string> ids, std::function<void(const json&)> done) {
+  auto add = [&](int phase, json op, std::function<void(const json&)> done) {
     phases[phase].push_back(std::move(op));
-    phase_ids[phase].push_back(std::move(ids));
     phase_done[phase].push_back(std::move(done));
   };
   // An operation answering several requests (a merged forward, a sample batch): its
@@ -677,7 +674,7 @@ json Service::next_program(double max_wait) {
       }
       const std::string rid = p.request_id, kind = p.kind, model_id = id;
       const json info = p.info;
-      add(phase, p.op, {rid}, [this, rid, kind, model_id, info](const json& res) {
+      add(phase, p.op, [this, rid, kind, model_id, info](const json& res) {
         if (res.contains("error")) {
           if (kind == "create") models_.at(model_id).unloaded = true;
           if (info.contains("partial")) {
@@ -722,9 +719,9 @@ json Service::next_program(double max_wait) {
   for (int k = 0; k < 2; ++k) {
     if (items[k].empty()) continue;
     std::vector<std::string> ids = item_ids[k];
-    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, ids, per_item(ids));
+    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, per_item(ids));
   }
-  for (const std::string& tenant : evicted_) add(4, {{"op", "remove"}, {"tenant", tenant}}, {}, [](const json&) {});
+  for (const std::string& tenant : evicted_) add(4, {{"op", "remove"}, {"tenant", tenant}}, [](const json&) {});
   evicted_.clear();
   // Sampling: the adapters this cycle's requests need are made resident (least recently
   // used ones leave); requests beyond the sampler slots wait for a later cycle.
@@ -757,7 +754,7 @@ json Service::next_program(double max_wait) {
         std::string victim;
         for (const auto& [q, name] : resident_)
           if (!needed.count(q) && (victim.empty() || last_use_[q] < last_use_[victim])) victim = q;
-        add(4, {{"op", "remove"}, {"tenant", resident_.at(victim)}}, {}, [](const json&) {});
+        add(4, {{"op", "remove"}, {"tenant", resident_.at(victim)}}, [](const json&) {});
         resident_.erase(victim);
       }
       const std::string name = "sampler-" + std::to_string(++sampler_counter_);
@@ -765,10 +762,10 @@ json Service::next_program(double max_wait) {
       for (const auto& r : requests)
         if (r.at("path") == path) dir = r.at("dir");
       LoraOptions o = lora_options_from_adapter_config(dir + "/adapter_config.json");
-      json lora = {{"r", o.r}, {"alpha", o.alpha}, {"target_modules", o.target_modules},
+      json lora = {{"r", o.r}, {"alpha", o.alpha}, {"rslora", o.use_rslora}, {"target_modules", o.target_modules},
                    {"target_parameters", o.target_parameters}};
       resident_[path] = name;
-      add(4, {{"op", "add"}, {"tenant", name}, {"lora", lora}, {"seed", 0}, {"trainable", false}, {"adapter_dir", dir}}, {},
+      add(4, {{"op", "add"}, {"tenant", name}, {"lora", lora}, {"seed", 0}, {"trainable", false}, {"adapter_dir", dir}},
           [this, path](const json& res) {
             if (res.contains("error")) resident_.erase(path);
           });
@@ -779,22 +776,20 @@ json Service::next_program(double max_wait) {
       r.erase("path");
       r.erase("dir");
     }
-    add(4, {{"op", "sample"}, {"requests", requests}}, ids, per_item(ids));
+    add(4, {{"op", "sample"}, {"requests", requests}}, per_item(ids));
   }
   json ops = json::array();
   for (int ph = 0; ph < 6; ++ph)
     for (size_t i = 0; i < phases[ph].size(); ++i) {
       ops.push_back(phases[ph][i]);
-      in_flight_.push_back(phase_ids[ph][i]);
       in_flight_done_.push_back(phase_done[ph][i]);
     }
   return {{"ops", ops}};
 }
 
-void Service::complete(const json& program, const json& results) {
+void Service::complete(const json& results) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < in_flight_done_.size() && i < results.size(); ++i) in_flight_done_[i](results[i]);
-  in_flight_.clear();
   in_flight_done_.clear();
   done_cv_.notify_all();
 }

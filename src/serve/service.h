@@ -65,7 +65,8 @@ class Service {
   // The next cycle's program ({"ops": [...]}, perhaps none), waiting up to max_wait
   // seconds for work. After stop(): {"shutdown": true}.
   nlohmann::json next_program(double max_wait);
-  void complete(const nlohmann::json& program, const nlohmann::json& results);
+  // The results of the program next_program() gave last, one per operation.
+  void complete(const nlohmann::json& results);
   void stop();
 
   // Slots the executor's tenant bank needs: trained models and sampler adapters.
@@ -110,8 +111,7 @@ class Service {
   std::vector<std::string> evicted_;  // sampler tenants to remove in the next cycle
   uint64_t use_clock_ = 0;
   int64_t sampler_counter_ = 0;
-  // The program in flight: per op, the (request id, item) pairs it answers.
-  std::vector<std::vector<std::string>> in_flight_;
+  // The program in flight: per operation, what its result does to the futures it answers.
   std::vector<std::function<void(const nlohmann::json&)>> in_flight_done_;
 };
 

@@ -40,8 +40,7 @@ void Trainer::refresh_adapter_inputs() {
   const int64_t L = model_->config.num_hidden_layers;
   std::vector<std::vector<at::Tensor>> per_layer(L);
   for (int64_t l = 0; l < L; ++l) per_layer[l] = layer_trainable_tensors(*model_, l, lora_.layer_parameters(l));
-  if (fsdp_) fsdp_->set_adapters(std::move(per_layer));
-  else if (auto* ckpt = dynamic_cast<CheckpointRunner*>(model_->layer_runner.get())) ckpt->set_trainable(std::move(per_layer));
+  if (auto* runner = dynamic_cast<RecomputeRunner*>(model_->layer_runner.get())) runner->set_layer_adapters(std::move(per_layer));
 }
 
 void Trainer::add_service_tenant(const TenantOptions& tenant, bool trainable) {

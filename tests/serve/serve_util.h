@@ -122,6 +122,8 @@ class TinkerClient {
     if (r.status != 200) return r.body;
     return wait(r.body);
   }
+  // The served base model's name (get_server_capabilities).
+  std::string base_model() { return get("get_server_capabilities").body["supported_models"][0]["model_name"]; }
   std::string session() {
     Reply r = post("create_session", {{"tags", nlohmann::json::array()}, {"user_metadata", nullptr}, {"sdk_version", "0.16.1"}});
     EXPECT_EQ(r.status, 200) << r.body.dump();

@@ -44,9 +44,7 @@ class Service : public ::testing::Test {
     delete model_;
     delete dir_;
   }
-  static std::string base(TinkerClient& c) {
-    return c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
-  }
+  static std::string base(TinkerClient& c) { return c.base_model(); }
   static std::string* dir_;
   static std::string* model_;
   static ServeProcess* server_;
@@ -164,6 +162,17 @@ TEST_F(Service, EveryRouteWithTheSdksShapesAndDefaults) {
   json s2 = c.call("asample", {{"sampling_session_id", ephemeral["sampling_session_id"]}, {"prompt", prompt},
                                {"sampling_params", {{"max_tokens", 5}, {"seed", 11}}}});
   EXPECT_EQ(s1["sequences"], s2["sequences"]);
+  // ...and it samples: some seed leaves the greedy path (a server that fell back to
+  // greedy would return the greedy tokens for every seed).
+  json greedy5 = c.call("asample", {{"sampling_session_id", ephemeral["sampling_session_id"]}, {"prompt", prompt},
+                                    {"sampling_params", {{"max_tokens", 5}, {"temperature", 0.0}}}});
+  bool left_greedy = false;
+  for (int seed = 1; seed <= 8 && !left_greedy; ++seed) {
+    json s = c.call("asample", {{"sampling_session_id", ephemeral["sampling_session_id"]}, {"prompt", prompt},
+                                {"sampling_params", {{"max_tokens", 5}, {"seed", seed}}}});
+    left_greedy = s["sequences"][0]["tokens"] != greedy5["sequences"][0]["tokens"];
+  }
+  EXPECT_TRUE(left_greedy);
   json base_sample = c.call("asample", {{"base_model", base(c)}, {"prompt", prompt}, {"sampling_params", {{"max_tokens", 2}}}});
   EXPECT_EQ(base_sample["sequences"].size(), 1u) << base_sample.dump();
 
@@ -521,7 +530,7 @@ TEST(ServiceFaults, FuturesAnswerTryAgainWhileTheirCycleWaits) {
   TinkerClient c(server.port);
   const std::string session = c.session();
   Reply fut = c.post("create_model", {{"session_id", session}, {"model_seq_id", 0},
-                                      {"base_model", c.get("get_server_capabilities").body["supported_models"][0]["model_name"]},
+                                      {"base_model", c.base_model()},
                                       {"lora_config", {{"rank", 2}}}});
   ASSERT_EQ(fut.status, 200);
   Reply first = c.post("retrieve_future", {{"request_id", fut.body["request_id"]}});
@@ -554,7 +563,7 @@ TEST(ServiceFaults, ASilentSessionEndsAndFreesItsSlotsAHeartbeatKeepsOneAlive) {
   server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --session-timeout 2 "
                                                                         "--max-tenants 2 --cycle-window-ms 0");
   TinkerClient c(server.port);
-  const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+  const std::string base = c.base_model();
   const std::string silent = c.session(), alive = c.session();
   const std::string a = c.create_model(silent, base, 2, 1), b = c.create_model(alive, base, 2, 1);
   for (int i = 0; i < 16; ++i) {  // 4 s: `alive` beats, `silent` does not
@@ -580,7 +589,7 @@ TEST(ServiceSampling, StopStringsEndASequenceWhereTheirTokensAppear) {
   ServeProcess server;
   server.start_server(dir, "--model " + model + " --state-dir " + dir + "/state --insecure-no-auth --cycle-window-ms 0");
   TinkerClient c(server.port);
-  const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+  const std::string base = c.base_model();
   const json prompt = {{"chunks", {{{"tokens", {5, 40, 77}}}}}};
   auto sample = [&](json params) {
     params["max_tokens"] = 12;
@@ -638,7 +647,7 @@ TEST(ServiceFaults, KilledWhileSavingRestartsWithEveryCompleteCheckpoint) {
     server.start_server(dir, args);
     TinkerClient c(server.port);
     const std::string session = c.session();
-    const std::string base = c.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+    const std::string base = c.base_model();
     // Whatever survived the last kill is listed, complete and loadable into a new model.
     if (!id.empty()) {
       Reply cks = c.get("training_runs/" + id + "/checkpoints");

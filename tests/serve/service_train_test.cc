@@ -50,7 +50,7 @@ TEST_P(ServiceTraining, TenantEqualsGlintTrainAloneWithAnotherTenantConcurrently
                                "--cycle-window-ms 50 " + mesh.args, mesh.ranks);
   TinkerClient client(server.port);
   const std::string session = client.session();
-  const std::string base = client.get("get_server_capabilities").body["supported_models"][0]["model_name"];
+  const std::string base = client.base_model();
   const std::string a = client.create_model(session, base, 4, 7), b = client.create_model(session, base, 4, 9);
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
