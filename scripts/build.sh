@@ -8,11 +8,29 @@
 # GLINT_BUILD_DIR names another build tree; GLINT_REFERENCE_TESTS=OFF leaves out the npm
 # reference tests (scripts/torch2-check.sh builds that way); GLINT_NO_INSTALL=1 installs
 # nothing.
+#
+# --sanitize: a second tree, build-asan/, built with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer (-O1), holding the unit tests and the libFuzzer targets
+# (tests/fuzz/, run by scripts/fuzz.sh); no npm reference tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sanitize=0
+for arg in "$@"; do
+  case $arg in
+    --sanitize) sanitize=1 ;;
+    *) echo "build.sh: unknown argument $arg (known: --sanitize)" >&2; exit 2 ;;
+  esac
+done
+
 build_dir=${GLINT_BUILD_DIR:-build}
 reference=${GLINT_REFERENCE_TESTS:-ON}
+sanitize_args=()
+if [ $sanitize = 1 ]; then
+  build_dir=${GLINT_BUILD_DIR:-build-asan}
+  reference=OFF
+  sanitize_args=(-DGLINT_SANITIZE=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELEASE=-O1)
+fi
 
 torch_prefix=""
 if [ -n "${GLINT_TORCH_DIR:-}" ]; then
@@ -31,10 +49,12 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libgoogle-perftools-dev
           libpcre2-dev libicu-dev libcpp-httplib-dev
-          openmpi-bin)
+          openmpi-bin iproute2)
 # The reference tests (tests/reference) install npm packages: Node.js and npm, from
 # Debian where the machine has none.
 [ -n "$torch_prefix" ] || packages+=(libtorch-dev)
+# clang with its sanitizer and libFuzzer runtimes; llvm-symbolizer for readable reports.
+[ $sanitize = 0 ] || packages+=(clang libclang-rt-dev llvm)
 [ "$reference" = OFF ] || command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
@@ -51,9 +71,13 @@ elif [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Paths relative to the checkout in ccache's keys: another clone of the repository (CI's
+# clean clone) reuses what this one compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+
 jobs=${GLINT_BUILD_JOBS:-$(nproc)}
 torch_args=()
 [ -z "$torch_prefix" ] || torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DGLINT_REFERENCE_TESTS="$reference" "${torch_args[@]}" ${GLINT_CMAKE_ARGS:-}
+  -DGLINT_REFERENCE_TESTS="$reference" "${torch_args[@]}" "${sanitize_args[@]}" ${GLINT_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$jobs"
