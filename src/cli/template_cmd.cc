@@ -50,6 +50,8 @@ Action add_template(CLI::App& app) {
           in = nlohmann::ordered_json::parse(line);
         } catch (const nlohmann::json::parse_error& e) {
           fail("not JSON: ", e.what());
+        } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+          fail("not JSON: ", e.what());
         }
         ChatRenderOptions o = base;
         nlohmann::ordered_json messages;

@@ -30,6 +30,8 @@ nlohmann::json read_json_file(const std::string& path) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": invalid JSON: ", e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+    fail(path, ": invalid JSON: ", e.what());
   }
 }
 

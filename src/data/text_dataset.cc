@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -125,7 +127,7 @@ Json tool_calls_of(const std::string& value, const std::string& where) {
   Json parsed;
   try {
     parsed = Json::parse(value);
-  } catch (const std::exception&) {
+  } catch (const Json::exception&) {
     fail(where, " (function_call): \"value\" is not JSON: ", expected, ", got ", brief(Json(value)));
   }
   Json calls = Json::array();
@@ -160,7 +162,7 @@ ChatLine sharegpt_to_chat(const Json& line) {
     if (tools->is_string()) {
       try {
         out.tools = tools->get<std::string>().empty() ? Json() : Json::parse(tools->get<std::string>());
-      } catch (const std::exception&) {
+      } catch (const Json::exception&) {
         fail("\"tools\" is a string that is not JSON: ", brief(*tools));
       }
     }
@@ -311,8 +313,8 @@ bool is_pretokenized_jsonl(const std::string& path) {
     try {
       Json j = Json::parse(line);
       return j.is_object() && j.contains("input_ids");
-    } catch (const std::exception&) {
-      return false;  // the reader reports it with its line
+    } catch (const Json::exception&) {  // not JSON: the text reader reports it with its line
+      return false;
     }
   }
   return false;
@@ -373,13 +375,30 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
   // Tokenized in parallel; each line's samples or its error kept in line order.
   std::vector<std::vector<Sample>> done(lines.size());
   std::vector<std::string> errors(lines.size());
+  // A bad line is one that is not JSON or that tokenize_text_line refuses (glint::Error);
+  // any other exception is a bug, not a bad line: the first one is rethrown after the
+  // workers stop.
+  std::exception_ptr unexpected;
+  std::mutex unexpected_mu;
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < lines.size();) {
       try {
-        done[i] = tokenize_text_line(Json::parse(lines[i].second), tok, tmpl, eos_id, o.render);
-      } catch (const std::exception& e) {
+        Json j;
+        try {
+          j = Json::parse(lines[i].second);
+        } catch (const Json::parse_error& e) {
+          fail("invalid JSON: ", e.what());
+        } catch (const Json::out_of_range& e) {  // a number beyond double's range: 1e400
+          fail("invalid JSON: ", e.what());
+        }
+        done[i] = tokenize_text_line(j, tok, tmpl, eos_id, o.render);
+      } catch (const Error& e) {
         errors[i] = e.what();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(unexpected_mu);
+        if (!unexpected) unexpected = std::current_exception();
+        next = lines.size();
       }
     }
   };
@@ -389,6 +408,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+  if (unexpected) std::rethrow_exception(unexpected);
 
   TextDataStats st;
   st.lines = int64_t(lines.size());

@@ -145,6 +145,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       j = nlohmann::json::parse(header);
     } catch (const nlohmann::json::parse_error& e) {
       fail(path, ": header is not valid JSON: ", e.what());
+    } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+      fail(path, ": header is not valid JSON: ", e.what());
     }
     GLINT_CHECK(j.is_object(), path, ": header JSON must be an object, got ", j.type_name());
     const uint64_t data_start = 8 + header_len, data_size = file_size_ - data_start;

@@ -182,6 +182,7 @@ void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalL
   for (const auto& key : file.keys())
     GLINT_CHECK(used.count(key), wpath, ": unexpected key '", key,
                 "' (not a LoRA site of this model with this adapter_config.json)");
+  file.check_unchanged();
   at::NoGradGuard no_grad;
   for (auto& [dst, t] : reads) dst->copy_(t);
 }
@@ -205,8 +206,19 @@ LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
     for (const auto& key : file.keys())
       GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
   }
+  // Attached, then filled: a weights file that does not fit takes the adapters off again
+  // and unfreezes what apply_lora froze, so a refused adapter leaves the model as it was.
+  std::vector<bool> trainable;
+  for (const auto& p : model.parameters()) trainable.push_back(p.requires_grad());
   LoraModel lora = apply_lora(model, o, /*seed=*/0);
-  read_adapter_weights(dir, lora, model);
+  try {
+    read_adapter_weights(dir, lora, model);
+  } catch (const Error&) {
+    lora.detach_from(model);
+    size_t i = 0;
+    for (auto& p : model.parameters()) p.set_requires_grad(trainable[i++]);
+    throw;
+  }
   for (auto& [bias, value] : biases) bias.copy_(value);
   return lora;
 }

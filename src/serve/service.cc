@@ -31,9 +31,13 @@ struct ClientError : std::runtime_error {
   int status;
 };
 
-HttpResponse reply(const json& body, int status = 200) { return {status, body.dump(), {}}; }
+// The body of an answer. Strings in it may hold bytes of the request that are not UTF-8
+// (a path echoed in an error): those become U+FFFD instead of failing the answer.
+std::string body_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse reply(const json& body, int status = 200) { return {status, body_text(body), {}}; }
 HttpResponse error_reply(int status, const std::string& message) {
-  return {status, json{{"error", message}, {"category", "user"}}.dump(), {}};
+  return {status, body_text(json{{"error", message}, {"category", "user"}}), {}};
 }
 
 int phase_of(const std::string& kind) {
@@ -131,7 +135,7 @@ HttpResponse Service::handle(const HttpRequest& req) {
   } catch (const Error& e) {
     r = error_reply(400, e.what());
   } catch (const std::exception& e) {
-    r = {500, json{{"error", e.what()}, {"category", "server"}}.dump(), {}};
+    r = {500, body_text(json{{"error", e.what()}, {"category", "server"}}), {}};
   }
   if (!idem.empty()) {
     std::lock_guard<std::mutex> lock(mu_);

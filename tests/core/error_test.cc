@@ -41,5 +41,14 @@ TEST(Fs, AtomicWriteLeavesNoTempOnFailure) {
   EXPECT_THROW(read_json_file(path), Error);  // "first" is not JSON
 }
 
+// Found by the fuzz targets of config.json and tokenizer.json: a number beyond double's
+// range is nlohmann's out_of_range, not a parse_error, and escaped as that.
+TEST(Fs, JsonNumberBeyondDoubleIsInvalidJson) {
+  std::string dir = glint::testing::fresh_temp_dir("fs_json_test");
+  std::string path = dir + "/config.json";
+  write_text_atomic(path, R"({"hidden_size": 40961e308})");
+  glint::testing::expect_error_naming([&] { read_json_file(path); }, path + ": invalid JSON");
+}
+
 }  // namespace
 }  // namespace glint

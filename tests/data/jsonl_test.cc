@@ -72,6 +72,7 @@ TEST(JsonlErrors, NameFileLineAndProblem) {
   const BadCase cases[] = {
       {ok + "{oops\n", 2, "invalid JSON: [json.exception.parse_error"},
       {ok + "\n  \n{\"input_ids\":[1,2]} trailing\n", 4, "invalid JSON"},
+      {ok + "{\"input_ids\": [1, 2], \"labels\": [1e400, 2]}\n", 2, "invalid JSON"},  // found by fuzzing
       {"[1, 2]\n", 1, "expected a JSON object with \"input_ids\", got array"},
       {"{\"ids\":[1]}\n", 1, "missing \"input_ids\""},
       {"{\"input_ids\":5}\n", 1, "\"input_ids\" must be an array of token ids, got number"},

@@ -141,7 +141,9 @@ TEST(TextData, BadLinesNameFileLineAndReason) {
       {R"({"messages":[]})", "non-empty list"},
       {R"({"prompt":"a"})", "\"prompt\" and \"completion\" must both be strings"},
       {R"({"question":"a"})", "expected \"messages\""},
-      {"not json", "data.jsonl:2:"},
+      {"not json", "data.jsonl:2: invalid JSON"},
+      // Found by fuzzing: nlohmann's out_of_range for a number beyond double's range.
+      {R"({"text": 1e999})", "data.jsonl:2: invalid JSON"},
   };
   for (const auto& c : cases) {
     expect_bad_second_line(dir, t, good, c.line, c.expect);

@@ -249,5 +249,32 @@ TEST(Peft, LoadingOntoAModelWithAdaptersIsAnError) {
   EXPECT_NO_THROW(load_adapter(d, *m));
 }
 
+// Found by tests/fuzz/adapter_fuzz.cc: a weights file that did not fit was refused after
+// the adapters had been attached, so the model kept them (and its parameters stayed
+// frozen); the next load_adapter then failed with "already has adapters".
+TEST(Peft, ARefusedAdapterLeavesTheModelAsItWas) {
+  ModelConfig c = config();
+  CausalLM m(c, kF32);
+  LoraOptions o;
+  o.r = 2;
+  LoraModel lora = randomized_lora(*m, o);
+  std::string d = temp_dir("refused");
+  save_adapter(d, lora, "base");
+  auto sd = peft_state_dict(lora);
+  at::Tensor good = sd.back().second;
+  sd.back().second = at::zeros({good.size(0) + 1, good.size(1)});
+  write_safetensors(d + "/adapter_model.safetensors", sd);
+
+  CausalLM fresh(c, kF32);
+  for (const auto& p : fresh->parameters()) ASSERT_TRUE(p.requires_grad());
+  glint::testing::expect_error_naming([&] { load_adapter(d, *fresh); }, sd.back().first);
+  EXPECT_FALSE(has_adapters(*fresh));
+  for (const auto& p : fresh->parameters()) EXPECT_TRUE(p.requires_grad());
+  sd.back().second = good;
+  write_safetensors(d + "/adapter_model.safetensors", sd);
+  LoraModel loaded = load_adapter(d, *fresh);
+  glint::testing::expect_same_adapters(lora, loaded);
+}
+
 }  // namespace
 }  // namespace glint

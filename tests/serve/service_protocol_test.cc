@@ -15,6 +15,7 @@
 
 #include "data/tokenizer.h"
 #include "serve/serve_util.h"
+#include "serve/service.h"
 
 namespace {
 
@@ -683,6 +684,23 @@ TEST(ServiceFaults, KilledWhileSavingRestartsWithEveryCompleteCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5 + 15 * round));
     server.kill9();
   }
+}
+
+// Found by tests/fuzz/service_request_fuzz.cc: a request path that is not UTF-8, echoed
+// in the 404's message, made the answer's JSON fail to serialize, and the exception left
+// Service::handle. The answer now carries U+FFFD for the bad byte.
+TEST(ServiceRequests, APathThatIsNotUtf8IsAnsweredWithJson) {
+  glint::ServiceOptions o;
+  o.base_model = "tiny";
+  o.state_dir = glint::testing::fresh_temp_dir("serve_not_utf8");
+  glint::Service service(o);
+  glint::HttpRequest req;
+  req.method = "GET";
+  req.path = "/api/v1/sessions\xce$x";
+  glint::HttpResponse r = service.handle(req);
+  EXPECT_EQ(r.status, 404);
+  json body = json::parse(r.body);
+  EXPECT_NE(body["error"].get<std::string>().find("sessions\xef\xbf\xbd$x"), std::string::npos) << r.body;
 }
 
 }  // namespace
