@@ -84,5 +84,8 @@ if [ "${1:-}" = --run ]; then
     bash -c 'cd /src && eval "$1"' run "${2:?--run needs a command}"
   exit
 fi
+# The simulated-node tests (MultiNode.*: network namespaces, which need the host's /sys
+# and /run/netns) run in the main build only; the same Gloo code runs here in every
+# single-machine multi-rank test.
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-  bash -c 'cd /src/build-torch2 && exec ctest -j2 --output-on-failure "$@"' ctest "$@"
+  bash -c 'cd /src/build-torch2 && exec ctest -j2 --output-on-failure -E "^MultiNode\." "$@"' ctest "$@"

@@ -3,13 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -82,6 +85,38 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
+
+// A small disk that fills up: a tmpfs of `bytes` (rounded up to pages) mounted at `path`
+// (created) for the object's lifetime. Needs root, as CI has; ok() is false elsewhere,
+// with the reason in why().
+class SmallDisk {
+ public:
+  SmallDisk(const std::string& path, uint64_t bytes) : path_(path) {
+    std::filesystem::create_directories(path);
+    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + std::to_string(bytes)).c_str()) == 0)
+      mounted_ = true;
+    else
+      why_ = "cannot mount a tmpfs at " + path + " (" + std::strerror(errno) + "): needs root";
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool ok() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  // Writes `name` until the disk is full.
+  void fill(const std::string& name = "filler") const {
+    std::ofstream f(path_ + "/" + name, std::ios::binary);
+    const std::string block(4096, 'x');
+    while (f.write(block.data(), block.size()) && f.flush()) {
+    }
+  }
+
+ private:
+  std::string path_, why_;
+  bool mounted_ = false;
+};
 
 // The message of the glint::Error that f throws; "" when it throws none.
 inline std::string error_message(const std::function<void()>& f) {

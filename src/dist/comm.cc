@@ -9,12 +9,19 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "dist/liveness.h"
 
 namespace glint {
 
@@ -30,8 +37,16 @@ uint64_t nbytes(const at::Tensor& t) { return uint64_t(t.numel()) * t.element_si
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// This process's place in its job, for messages (Comm::create sets it).
+World g_world;
+
+// Names the lost ranks when the job's heartbeats tell (dist/liveness.h). `rank` is the
+// rank in the failed group; messages give the job's rank.
 [[noreturn]] void collective_failed(const char* op, int rank, const std::exception& e) {
-  fail("rank ", rank, ": ", op, " failed (another rank may have exited or timed out): ", first_line(e.what()));
+  (void)rank;
+  std::string lost = job_lost_ranks();
+  fail(describe_rank(g_world, g_world.rank), ": ", op, " failed: ", first_line(e.what()), "; ",
+       lost.empty() ? std::string("another rank may have exited or timed out") : lost);
 }
 
 // Starts a c10d collective; a failure to start reads as a failure to finish.
@@ -286,9 +301,10 @@ class GlooComm : public Comm {
     auto timeout = dist_timeout();
     try {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-      bool loopback = addr == "localhost" || addr.rfind("127.", 0) == 0;
-      opts->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForHostname(loopback ? "127.0.0.1" : hostname()));
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address(addr)));
       opts->threads = 2;
       return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
     } catch (const std::exception& e) {
@@ -297,7 +313,28 @@ class GlooComm : public Comm {
            "same WORLD_SIZE? ", first_line(e.what()));
     }
   }
-  static std::string hostname() {
+  // The address this machine reaches `master` from (the source address the kernel picks
+  // for it), which the other nodes reach this one by; loopback for a loopback master.
+  // Falls back to the host name when there is no route.
+  static std::string local_address(const std::string& master) {
+    if (master == "localhost" || master.rfind("127.", 0) == 0) return "127.0.0.1";
+    addrinfo hints{}, *found = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    std::string address;
+    if (::getaddrinfo(master.c_str(), "9", &hints, &found) == 0 && found) {
+      int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+      sockaddr_in local{};
+      socklen_t len = sizeof local;
+      char text[INET_ADDRSTRLEN] = {0};
+      if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&  // UDP: sends nothing
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+          ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+        address = text;
+      if (fd >= 0) ::close(fd);
+      ::freeaddrinfo(found);
+    }
+    if (!address.empty()) return address;
     char buf[256] = {0};
     ::gethostname(buf, sizeof buf - 1);
     return buf;
@@ -456,15 +493,21 @@ class NcclComm : public Comm {
 
 std::shared_ptr<Comm> Comm::create(const World& world, const c10::Device& device) {
   if (!world.distributed()) return std::make_shared<SoloComm>();
+  g_world = world;
+  std::shared_ptr<Comm> comm;
   if (device.is_cuda()) {
 #ifdef USE_C10D_NCCL
     c10::cuda::set_device(device.index());
-    return std::make_shared<NcclComm>(rendezvous(world), world.rank, world.world_size, device, world.rank);
+    comm = std::make_shared<NcclComm>(rendezvous(world), world.rank, world.world_size, device, world.rank);
 #else
     fail("rank ", world.rank, ": ", device.str(), " needs NCCL, and this build of glint has none");
 #endif
+  } else {
+    comm = std::make_shared<GlooComm>(world);
   }
-  return std::make_shared<GlooComm>(world);
+  comm->liveness_ = std::make_shared<Liveness>(world);
+  set_job_liveness(comm->liveness_);
+  return comm;
 }
 
 std::unique_ptr<PendingCollective> Comm::start_all_gather(const at::Tensor& t) {

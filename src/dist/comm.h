@@ -41,6 +41,8 @@ class ReadyCollective : public PendingCollective {
   at::Tensor result_;
 };
 
+class Liveness;
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -49,7 +51,8 @@ class Comm {
   // and a process group over all ranks: Gloo for CPU tensors; NCCL when `device` is a GPU
   // (native all-gather-into-tensor, reduce-scatter-tensor, all-to-all-single; tensors
   // given on the CPU are moved to the device and back). A single-process world needs no
-  // network.
+  // network. A distributed world also starts this rank's heartbeat (dist/liveness.h), so
+  // that a failed collective names the ranks and nodes that were lost.
   static std::shared_ptr<Comm> create(const World& world, const c10::Device& device = c10::Device(c10::kCPU));
 
   virtual int rank() const = 0;
@@ -93,6 +96,7 @@ class Comm {
 
  private:
   std::map<std::string, uint64_t> bytes_;
+  std::shared_ptr<Liveness> liveness_;  // the job's heartbeat, on the world Comm of a distributed job
 };
 
 // Every rank of `comm` calls it: runs `f` here, then learns whether `f` succeeded on every

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +53,12 @@ std::string describe(int status) {
 
 void LaunchOptions::validate() const {
   GLINT_CHECK(nproc >= 1, "launch: -n must be at least 1, got ", nproc);
+  GLINT_CHECK(nnodes >= 1, "launch: --nnodes must be at least 1, got ", nnodes);
+  GLINT_CHECK(node_rank >= 0 && node_rank < nnodes, "launch: --node-rank ", node_rank, " is not in [0, ",
+              nnodes, ") (--nnodes ", nnodes, ")");
+  GLINT_CHECK(nnodes == 1 || (master_addr != "localhost" && master_addr.rfind("127.", 0) != 0),
+              "launch: with --nnodes ", nnodes, ", --master-addr must be an address every node reaches "
+              "(node 0's), not ", master_addr);
   GLINT_CHECK(master_port >= 0 && master_port < 65536, "launch: --master-port ", master_port,
               " is not a TCP port");
   GLINT_CHECK(!command.empty(), "launch: no command given (usage: glint launch -n N -- CMD ...)");
@@ -74,25 +81,41 @@ int free_tcp_port() {
 
 int launch(const LaunchOptions& o) {
   o.validate();
-  int port = o.master_port ? o.master_port : free_tcp_port();
+  // One node picks a free port; the nodes of a multi-node job must agree on one without
+  // talking, so they take torchrun's default.
+  int port = o.master_port ? o.master_port : o.nnodes > 1 ? 29500 : free_tcp_port();
+  const int world = o.nnodes * o.nproc, first = o.node_rank * o.nproc;
+  if (o.nnodes > 1)
+    std::fprintf(stderr, "glint launch: node %d of %d: ranks %d-%d of %d, rendezvous at %s:%d\n", o.node_rank,
+                 o.nnodes, first, first + o.nproc - 1, world, o.master_addr.c_str(), port);
   std::vector<Rank> ranks(o.nproc);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  const pid_t launcher = ::getpid();
   for (int r = 0; r < o.nproc; ++r) {
     int fds[2];
     GLINT_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe() failed: ", std::strerror(errno));
     pid_t pid = ::fork();
     GLINT_CHECK(pid >= 0, "launch: fork() failed: ", std::strerror(errno));
     if (pid == 0) {
+      // Each rank leads a process group of its own, so that stopping it stops what it
+      // started too (a child left running would hold its output open); and it dies with
+      // the launcher.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(127);  // the launcher is already gone
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("RANK", std::to_string(first + r).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-      ::setenv("GROUP_RANK", "0", 1);
+      ::setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
+      ::setenv("GROUP_WORLD_SIZE", std::to_string(o.nnodes).c_str(), 1);
+      ::setenv("ROLE_RANK", std::to_string(first + r).c_str(), 1);
+      ::setenv("ROLE_WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       std::vector<char*> argv;
@@ -104,6 +127,7 @@ int launch(const LaunchOptions& o) {
       ::_exit(127);
     }
     ::close(fds[1]);
+    ::setpgid(pid, pid);  // also here: a signal sent before the child runs reaches its group
     ranks[r].pid = pid;
     ranks[r].out_fd = fds[0];
   }
@@ -113,9 +137,9 @@ int launch(const LaunchOptions& o) {
   auto stop_started = std::chrono::steady_clock::now();
   bool killed = false;
   sig_atomic_t forwarded = 0;  // stop signals passed on so far
+  // To every rank's process group: a rank that exited may have left processes in it.
   auto stop_all = [&](int sig) {
-    for (auto& rk : ranks)
-      if (!rk.exited) ::kill(rk.pid, sig);
+    for (auto& rk : ranks) ::kill(-rk.pid, sig);
   };
   for (;;) {
     std::vector<pollfd> pfds;
@@ -134,7 +158,7 @@ int launch(const LaunchOptions& o) {
       ssize_t n = ::read(rk.out_fd, buf, sizeof buf);
       if (n <= 0) {
         if (n < 0 && errno == EINTR) continue;
-        if (!rk.partial.empty()) emit(who[i], rk.partial);
+        if (!rk.partial.empty()) emit(first + who[i], rk.partial);
         rk.partial.clear();
         ::close(rk.out_fd);
         rk.out_fd = -1;
@@ -143,7 +167,7 @@ int launch(const LaunchOptions& o) {
       rk.partial.append(buf, size_t(n));
       size_t pos;
       while ((pos = rk.partial.find('\n')) != std::string::npos) {
-        emit(who[i], rk.partial.substr(0, pos));
+        emit(first + who[i], rk.partial.substr(0, pos));
         rk.partial.erase(0, pos + 1);
       }
     }
@@ -194,8 +218,9 @@ int launch(const LaunchOptions& o) {
   }
   if (failed_rank == -2) return failed_status;
   if (failed_rank >= 0) {
-    std::fprintf(stderr, "glint launch: rank %d %s; stopped the other ranks\n", failed_rank,
-                 describe(failed_status).c_str());
+    std::string where = o.nnodes > 1 ? " (node " + std::to_string(o.node_rank) + ")" : "";
+    std::fprintf(stderr, "glint launch: rank %d%s %s; stopped the other ranks%s\n", first + failed_rank,
+                 where.c_str(), describe(failed_status).c_str(), o.nnodes > 1 ? " of this node" : "");
     if (WIFEXITED(failed_status)) return WEXITSTATUS(failed_status);
     return 128 + WTERMSIG(failed_status);
   }

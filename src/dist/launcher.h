@@ -1,5 +1,11 @@
-// `glint launch`: starts N local ranks of a command with the torchrun environment,
-// prefixes every output line with its rank, and stops the job when a rank fails.
+// `glint launch`: starts this node's ranks of a command with the torchrun environment,
+// prefixes every output line with its rank, and stops the node's ranks when one fails.
+//
+// Several nodes: the same command on each, with --nnodes N --node-rank K and rank 0's
+// node as --master-addr. Ranks are numbered node by node (node K runs ranks
+// [K * nproc, (K + 1) * nproc)), as torchrun does. The nodes do not talk to each other;
+// a rank whose peer on another node is lost fails in its next collective, naming the
+// lost ranks (dist/liveness.h), and its launcher then stops the rest of its node.
 #pragma once
 
 #include <string>
@@ -9,8 +15,10 @@ namespace glint {
 
 struct LaunchOptions {
   int nproc = 1;                          // ranks to start on this machine
-  std::string master_addr = "127.0.0.1";  // rendezvous address given to the ranks
-  int master_port = 0;                    // 0: a free port chosen at start
+  int nnodes = 1;                         // machines in the job, each running nproc ranks
+  int node_rank = 0;                      // this machine's index in [0, nnodes)
+  std::string master_addr = "127.0.0.1";  // rendezvous address given to the ranks (node 0's)
+  int master_port = 0;                    // 0: a free port (one node), 29500 (several)
   double grace_seconds = 5.0;             // SIGTERM -> SIGKILL delay when stopping ranks
   std::vector<std::string> command;       // program and arguments run by every rank
   void validate() const;                  // throws glint::Error naming the bad value

@@ -50,8 +50,10 @@ World World::from_env() {
     w.rank = env_int("SLURM_PROCID", 0);
     w.world_size = env_int("SLURM_NTASKS", 1);
     w.local_rank = env_int_or("SLURM_LOCALID", 0, 0);
-    // SLURM_NTASKS_PER_NODE may read "4(x2)"; the leading number is this node's count.
+    // SLURM_NTASKS_PER_NODE (set with --ntasks-per-node) or SLURM_TASKS_PER_NODE (always
+    // set by srun) may read "4(x2)"; the leading number is this node's count.
     const char* per_node = env("SLURM_NTASKS_PER_NODE");
+    if (!per_node) per_node = env("SLURM_TASKS_PER_NODE");
     w.local_world_size = per_node ? std::max(1, std::atoi(per_node)) : 1;
   }
   if (const char* a = env("MASTER_ADDR")) w.master_addr = a;
@@ -64,6 +66,18 @@ World World::from_env() {
               " is not below the world size ", w.world_size);
   GLINT_CHECK(w.local_rank < w.local_world_size, "environment (", w.launcher, "): local rank ",
               w.local_rank, " is not below the local world size ", w.local_world_size);
+  GLINT_CHECK(w.world_size % w.local_world_size == 0, "environment (", w.launcher, "): the world size ",
+              w.world_size, " is not a multiple of the ranks per node (", w.local_world_size,
+              "); glint needs the same number of ranks on every node");
+  w.num_nodes = w.world_size / w.local_world_size;
+  w.node = w.node_of(w.rank);
+  const char* group = w.launcher == "torchrun" ? "GROUP_RANK" : w.launcher == "slurm" ? "SLURM_NODEID" : nullptr;
+  if (group && env(group)) {
+    int n = env_int(group, 0);
+    GLINT_CHECK(n == w.node, "environment (", w.launcher, "): ", group, "=", n, " but rank ", w.rank, " with ",
+                w.local_world_size, " ranks per node is on node ", w.node,
+                "; glint needs ranks numbered node by node");
+  }
   return w;
 }
 

@@ -1,7 +1,11 @@
 // Where this process stands in a multi-process job, read from the launcher's
 // environment: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT), else OpenMPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID, ...), else a
-// single process.
+// MASTER_PORT, GROUP_RANK), else OpenMPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID,
+// SLURM_NODEID, ...), else a single process.
+//
+// Ranks are numbered node by node (torchrun, glint launch, srun's block distribution,
+// mpirun's by-slot mapping): node k holds ranks [k * local_world_size, (k + 1) *
+// local_world_size).
 #pragma once
 
 #include <chrono>
@@ -14,11 +18,14 @@ struct World {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  int node = 0;       // this rank's node: GROUP_RANK, SLURM_NODEID, else rank / local_world_size
+  int num_nodes = 1;  // world_size / local_world_size
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string launcher = "single";  // torchrun, openmpi, slurm or single
 
   bool distributed() const { return world_size > 1; }
+  int node_of(int r) const { return r / local_world_size; }  // a rank's node
   // Throws glint::Error naming the variable for a malformed or inconsistent value.
   static World from_env();
 };

@@ -242,6 +242,7 @@ MergeReport merge_adapter(const MergeOptions& o) {
   }
   write_text_atomic(staging.dir() + "/config.json", cfg.dump(2) + "\n");
   report.config_files = copy_tokenizer_files(o.model_dir, staging.dir());
+  ckpt->check_unchanged();  // the base did not change under the merge
   staging.commit();
   return report;
 }

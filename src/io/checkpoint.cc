@@ -139,19 +139,39 @@ const TensorInfo& CheckpointReader::info(const std::string& key) const {
 
 at::Tensor CheckpointReader::read(const std::string& key) const {
   const std::string& k = stored(key);
-  return file_for(k).read(k);
+  at::Tensor t = file_for(k).read(k);
+  bytes_read_ += t.nbytes();
+  return t;
 }
 
 at::Tensor CheckpointReader::read_rows(const std::string& key, int64_t start,
                                        int64_t count) const {
   const std::string& k = stored(key);
-  return file_for(k).read_rows(k, start, count);
+  at::Tensor t = file_for(k).read_rows(k, start, count);
+  bytes_read_ += t.nbytes();
+  return t;
 }
 
 at::Tensor CheckpointReader::read_flat(const std::string& key, int64_t start,
                                        int64_t count) const {
   const std::string& k = stored(key);
-  return file_for(k).read_flat(k, start, count);
+  at::Tensor t = file_for(k).read_flat(k, start, count);
+  bytes_read_ += t.nbytes();
+  return t;
+}
+
+void CheckpointReader::check_unchanged() const {
+  for (const auto& kv : files_)
+    if (kv.second) kv.second->check_unchanged();
+}
+
+uint64_t CheckpointReader::tensor_bytes() const {
+  uint64_t n = 0;
+  for (const auto& kv : key_to_file_) {
+    const TensorInfo& ti = file_for(kv.first).info(kv.first);
+    n += ti.end - ti.begin;
+  }
+  return n;
 }
 
 CheckpointWriter::CheckpointWriter(const std::string& dir, std::vector<TensorSpec> tensors,

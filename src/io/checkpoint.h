@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,14 @@ class CheckpointReader {
   at::Tensor read(const std::string& key) const;
   at::Tensor read_rows(const std::string& key, int64_t start, int64_t count) const;
   at::Tensor read_flat(const std::string& key, int64_t start, int64_t count) const;
+  // Bytes of tensor data read through this reader so far, and held by all its tensors:
+  // how a sharded load shows that each rank read only its share.
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t tensor_bytes() const;
+  // Throws glint::Error when a file read so far changed on disk since it was opened
+  // (SafetensorsFile::check_unchanged): a loader calls it when it is done, so a shard
+  // replaced after its last read is caught too.
+  void check_unchanged() const;
 
   // Renames the keys as the model's weight map names them: every stored key k is seen as
   // name(k) from then on, or not at all when name(k) is empty. Two keys renamed to one
@@ -43,6 +52,7 @@ class CheckpointReader {
   bool renamed_ = false;
   std::map<std::string, std::string> renamed_to_stored_;  // after rename_keys
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  mutable std::atomic<uint64_t> bytes_read_{0};
 };
 
 // Writes `tensors` as a checkpoint into `dir`: one `model.safetensors`, or, when the

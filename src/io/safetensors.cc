@@ -103,6 +103,8 @@ TensorInfo parse_entry(const std::string& where, const nlohmann::json& v, uint64
   return info;
 }
 
+int64_t mtime_ns(const struct stat& st) { return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec; }
+
 }  // namespace
 
 int64_t TensorInfo::numel() const {
@@ -132,6 +134,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     GLINT_CHECK(::fstat(fd_, &st) == 0, path, ": cannot stat (", std::strerror(errno), ")");
     GLINT_CHECK(S_ISREG(st.st_mode), path, ": not a regular file");
     file_size_ = uint64_t(st.st_size);
+    dev_ = uint64_t(st.st_dev);
+    ino_ = uint64_t(st.st_ino);
+    mtime_ns_ = mtime_ns(st);
     GLINT_CHECK(file_size_ >= 8, path, ": truncated: ", file_size_,
                 " bytes, too short for the 8-byte header length");
     uint64_t header_len = 0;
@@ -207,6 +212,7 @@ at::Tensor SafetensorsFile::read(const std::string& key) const {
   const TensorInfo& ti = info(key);
   at::Tensor t = at::empty(ti.shape, at::TensorOptions().dtype(ti.dtype));
   pread_all(fd_, t.data_ptr(), ti.end - ti.begin, ti.begin, path_);
+  check_unchanged();
   return t;
 }
 
@@ -226,6 +232,7 @@ at::Tensor SafetensorsFile::read_rows(const std::string& key, int64_t start, int
   byte_size(ti.shape, 1, c10::elementSize(ti.dtype), &row_bytes);
   pread_all(fd_, t.data_ptr(), row_bytes * uint64_t(count),
             ti.begin + row_bytes * uint64_t(start), path_);
+  check_unchanged();
   return t;
 }
 
@@ -238,7 +245,26 @@ at::Tensor SafetensorsFile::read_flat(const std::string& key, int64_t start, int
   at::Tensor t = at::empty({count}, at::TensorOptions().dtype(ti.dtype));
   const uint64_t es = c10::elementSize(ti.dtype);
   pread_all(fd_, t.data_ptr(), es * uint64_t(count), ti.begin + es * uint64_t(start), path_);
+  check_unchanged();
   return t;
+}
+
+void SafetensorsFile::check_unchanged() const {
+  // A write in place moves the modification time before its bytes land, so a read that
+  // overlapped a write sees the new time here, after its own bytes are in.
+  struct stat now, at_path;
+  GLINT_CHECK(::fstat(fd_, &now) == 0, path_, ": cannot stat (", std::strerror(errno), ")");
+  std::string what;
+  if (uint64_t(now.st_size) != file_size_)
+    what = "its size went from " + std::to_string(file_size_) + " to " + std::to_string(now.st_size) + " bytes";
+  else if (mtime_ns(now) != mtime_ns_)
+    what = "it was written to";
+  else if (::stat(path_.c_str(), &at_path) != 0)
+    what = std::string("it was removed (") + std::strerror(errno) + ")";
+  else if (uint64_t(at_path.st_dev) != dev_ || uint64_t(at_path.st_ino) != ino_)
+    what = "another file was put in its place";
+  GLINT_CHECK(what.empty(), path_, ": changed on disk while it was being read (", what,
+              "); stopped rather than use a mix of two versions. Load it again once nothing writes to it");
 }
 
 int64_t TensorSpec::numel() const {

@@ -37,6 +37,11 @@ struct TensorInfo {
 // throws glint::Error naming the file, the key and the problem. Reads are pread()s of
 // exactly the bytes needed, into the returned tensor's storage; const methods are safe
 // to call from several threads.
+//
+// A file that changes on disk while it is read (written in place: its size or
+// modification time moves; or replaced under its path by another file) makes the next
+// read, or check_unchanged(), throw glint::Error naming the file: a load never goes on
+// with a mix of two versions.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -60,10 +65,18 @@ class SafetensorsFile {
   // in its stored dtype. Out-of-range elements throw.
   at::Tensor read_flat(const std::string& key, int64_t start, int64_t count) const;
 
+  // Throws glint::Error when the file changed since it was opened (see above). Reads
+  // check it after their bytes are in; a loader calls it once more when it is done.
+  void check_unchanged() const;
+
  private:
   std::string path_;
   int fd_ = -1;
   uint64_t file_size_ = 0;
+  // The file as opened: device and inode (the path names another file once replaced),
+  // and the modification time (a write in place moves it).
+  uint64_t dev_ = 0, ino_ = 0;
+  int64_t mtime_ns_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -83,6 +83,7 @@ void read_state_pieces(const std::string& dir, const nlohmann::json& index, cons
     }
     GLINT_CHECK(cursor == hi, dir, ": tensor '", p.name, "' elements [", cursor, ", ", hi, ") were never saved");
   }
+  for (const auto& kv : files) kv.second->check_unchanged();
 }
 
 StatePiece replicated_piece(const std::string& name, const at::Tensor& t, bool writer) {

@@ -234,6 +234,7 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
   }
   used.insert(layer_keys.begin(), layer_keys.end());  // read by the shard loader
   check_no_unexpected_keys(ckpt, model, used, partial_experts);
+  ckpt.check_unchanged();
 }
 
 void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {

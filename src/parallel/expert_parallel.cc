@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <set>
+#include <string>
+
 #include "core/error.h"
 #include "dist/autograd.h"
 #include "dist/comm.h"
@@ -26,6 +29,51 @@ void validate_expert_mesh(const ModelConfig& c, int W, int64_t ep, const std::st
               "): EP ranks would hold ", c.num_experts / ep, " or ", c.num_experts / ep + 1, " experts");
   GLINT_CHECK(c.num_experts_per_tok <= c.num_experts, "num_experts_per_tok (", c.num_experts_per_tok,
               ") exceeds num_experts (", c.num_experts, ")");
+}
+
+std::string describe_mesh_layout(int W, int per_node, int64_t ep, const std::string& layout, bool fsdp) {
+  GLINT_ASSERT(W >= 1 && per_node >= 1 && W % per_node == 0 && ep >= 1 && W % ep == 0);
+  const int nodes = W / per_node, n = int(W / ep);
+  auto node = [&](int r) { return r / per_node; };
+  auto plural = [](int k, const char* what) { return std::to_string(k) + " " + what + (k == 1 ? "" : "s"); };
+  std::string s = "layout: " + plural(W, "rank") + " on " + plural(nodes, "node") +
+                  (nodes > 1 ? " of " + std::to_string(per_node) : "");
+  if (ep > 1) {
+    // Group g: ranks g*ep .. (contiguous) or g, g+n, .. (strided).
+    std::string groups;
+    int split = 0;
+    for (int g = 0; g < n; ++g) {
+      std::string members;
+      std::set<int> on;
+      for (int k = 0; k < ep; ++k) {
+        int r = layout == "strided" ? g + k * n : g * int(ep) + k;
+        members += (k ? "," : "") + std::to_string(r);
+        on.insert(node(r));
+      }
+      split += on.size() > 1;
+      if (g < 4) groups += (g ? " " : "") + std::string("[") + members + "]";
+    }
+    if (n > 4) groups += " ...";
+    s += "; EP groups of " + std::to_string(ep) + " " + groups;
+    if (nodes > 1)
+      s += split == 0 ? " each inside a node (all-to-all on the node's links)"
+                      : ", " + std::to_string(split) + " of " + std::to_string(n) + " spanning nodes" +
+                            (layout == "strided" ? " (--ep-layout strided)"
+                             : ep > per_node ? " (an EP group of " + std::to_string(ep) + " does not fit in a node's " +
+                                                   std::to_string(per_node) + " ranks)"
+                                             : " (--ep does not divide the ranks per node)");
+    if (n > 1) {
+      bool across = false;  // does an ep_fsdp group (same EP position) span nodes?
+      for (int r = 0; r < W; ++r) across |= node(r) != node(layout == "strided" ? r / n * n : r % int(ep));
+      s += "; expert replicas over " + std::to_string(n) + " ranks" + (nodes > 1 ? across ? " across nodes" : " inside a node" : "");
+    }
+  }
+  if (fsdp)
+    s += "; FSDP shards " + std::string(ep > 1 ? "the non-expert weights" : "the weights") + " over all " +
+         plural(W, "rank") + (nodes > 1 ? " (across nodes)" : "") +
+         (ep > 1 && n > 1 ? ", the experts over their replicas" : "");
+  else if (W > 1 && ep == 1) s += "; data parallel over " + plural(W, "rank");
+  return s;
 }
 
 std::shared_ptr<DeviceMesh> make_expert_mesh(std::shared_ptr<Comm> world, int64_t ep,

@@ -26,6 +26,13 @@ struct ModelConfig;
 void validate_expert_mesh(const ModelConfig& config, int world_size, int64_t ep,
                           const std::string& layout);
 
+// One line naming where the job's groups run, for the run's setup report: the ranks per
+// node, the EP groups and whether each stays inside a node (its all-to-all on the node's
+// links), where the expert replicas (ep_fsdp) and FSDP's shards lie. Ranks are numbered
+// node by node, `ranks_per_node` to a node. Pure: no communication.
+std::string describe_mesh_layout(int world_size, int ranks_per_node, int64_t ep, const std::string& layout,
+                                 bool fsdp);
+
 // Collective over `world`: the mesh {"ep_fsdp": W/ep, "ep": ep} ordered by `layout`.
 std::shared_ptr<DeviceMesh> make_expert_mesh(std::shared_ptr<Comm> world, int64_t ep,
                                              const std::string& layout);

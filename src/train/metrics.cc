@@ -1,7 +1,9 @@
 #include "train/metrics.h"
 
 #include <nlohmann/json.hpp>
+#include <stdio_ext.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,9 +52,19 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
-  std::string line = record.dump() + "\n";
-  GLINT_CHECK(std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0,
-              path_, ": write failed (", std::strerror(errno), ")");
+  const std::string line = record.dump() + "\n";
+  // Every record is flushed, so the file's size is where this one starts.
+  struct stat before;
+  const bool sized = ::fstat(::fileno(f_), &before) == 0;
+  if (std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0) return;
+  const int err = errno;
+  // No part of the record stays: what did not reach the file leaves the stdio buffer (it
+  // would be written at close), and what did is cut off, so the file holds whole records.
+  __fpurge(f_);
+  const bool cut = sized && ::ftruncate(::fileno(f_), before.st_size) == 0;
+  std::clearerr(f_);
+  fail(path_, ": write failed (", std::strerror(err), "); the records before it are kept",
+       cut ? "" : ", and a partial last line, which a resume drops");
 }
 
 namespace {

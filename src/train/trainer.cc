@@ -114,6 +114,33 @@ void TrainOptions::validate() const {
   if (!full) lora.validate("LoRA options");
 }
 
+namespace {
+
+// Collective: what each rank read of the model's checkpoint, for the setup report.
+std::string sharded_load_line(Comm& comm, const CheckpointReader& checkpoint) {
+  at::Tensor mine = at::tensor({int64_t(checkpoint.bytes_read())}, at::kLong);
+  at::Tensor all = comm.all_gather(mine);
+  const int W = comm.size();
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "weights read of the checkpoint's %.3f MB:", double(checkpoint.tensor_bytes()) / 1e6);
+  std::string line = buf;
+  int64_t sum = 0;
+  for (int r = 0; r < W; ++r) {
+    const int64_t b = all[r].item<int64_t>();
+    sum += b;
+    if (W <= 16 || r < 4) {
+      std::snprintf(buf, sizeof buf, "%s rank %d %.3f MB", r ? "," : "", r, double(b) / 1e6);
+      line += buf;
+    } else if (r == 4) {
+      line += ", ...";
+    }
+  }
+  std::snprintf(buf, sizeof buf, " (%.3f MB in all)", double(sum) / 1e6);
+  return line + buf;
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     : opt_(std::move(options)), comm_(comm ? std::move(comm) : Comm::create(World{})) {
   opt_.validate();
@@ -148,6 +175,12 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     model_ = CausalLM(config, lazy);
   }
   validate_expert_mesh(model_->config, W, opt_.ep, opt_.ep_layout);
+  if (W > 1) {
+    const World world = World::from_env();
+    // A Comm made without the launcher's environment (tests) counts as one node.
+    const int per_node = world.world_size == W ? world.local_world_size : W;
+    report_.push_back(describe_mesh_layout(W, per_node, opt_.ep, opt_.ep_layout, opt_.fsdp));
+  }
   expert_replicas_ = comm_;
   if (ep) {
     mesh_ = make_expert_mesh(comm_, opt_.ep, opt_.ep_layout);
@@ -281,6 +314,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                                                                           : lora_.layer_parameters(l)));
     model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
   }
+  if (checkpoint) checkpoint->check_unchanged();  // the shard loader has read its spans
+  if (checkpoint && W > 1) report_.push_back(sharded_load_line(*comm_, *checkpoint));
   if (opt_.tenants.empty() && !service)  // tenants have their own
     optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
                                                                   opt_.adam.eps, opt_.weight_decay});

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -356,13 +355,8 @@ TEST(ResumeFaults, FullDiskFailsClearlyAndKeepsThePreviousCheckpoint) {
   std::string dir = glint::testing::fresh_temp_dir("resume_full_disk");
   std::string model = make_model(dir, 64, 64);  // a checkpoint of ~1.5 MB
   const std::string small = dir + "/small";
-  fs::create_directories(small);
-  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=6m") != 0)
-    GTEST_SKIP() << "cannot mount a 6 MB tmpfs here (" << std::strerror(errno) << "): needs root";
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{small};
+  glint::testing::SmallDisk disk(small, 6 << 20);
+  ASSERT_TRUE(disk.ok()) << disk.why();
   const std::string run = small + "/run";
   RunResult r = launch(2, "train --model " + model +
                               " --steps 50 --batch-size 2 --dtype float64 --eval-samples 0 --full --fsdp --save-every 1"

@@ -171,6 +171,23 @@ TEST(Checkpoint, ShardsOpenLazily) {
   }
 }
 
+// A shard replaced after its last read: the loader's final check names it, though no
+// read of that shard comes after the change.
+TEST(Checkpoint, ShardReplacedAfterItsReadsIsCaughtByTheFinalCheck) {
+  std::string d = temp_dir("replaced");
+  write_safetensors(d + "/one.safetensors", {{"x", at::ones({2})}});
+  write_safetensors(d + "/two.safetensors", {{"y", at::zeros({2})}});
+  std::ofstream(d + "/model.safetensors.index.json")
+      << R"({"weight_map":{"x":"one.safetensors","y":"two.safetensors"}})";
+  CheckpointReader r(d);
+  r.read("x");
+  r.check_unchanged();  // nothing changed
+  write_safetensors(d + "/one.safetensors", {{"x", at::full({2}, 2.0)}});  // a new version of shard one
+  r.read("y");  // shard two is fine
+  glint::testing::expect_error_naming([&] { r.check_unchanged(); },
+                                      d + "/one.safetensors: changed on disk while it was being read");
+}
+
 TEST(Checkpoint, BadDirectoriesAreErrors) {
   std::string missing = temp_dir("missing") + "/nope";
   expect_error(missing, "t0", {missing, "does not exist"});

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -372,6 +373,56 @@ TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
   write_safetensors(p, {{"b", at::zeros({3})}});
   EXPECT_EQ(SafetensorsFile(p).keys(), std::vector<std::string>{"b"});
   EXPECT_EQ(std::distance(fs::directory_iterator(d), fs::directory_iterator()), 1);
+}
+
+// A file written in place, cut short or replaced while it is open is caught at the next
+// read (and by check_unchanged), naming the file and what happened.
+TEST(Safetensors, FileChangedOnDiskWhileOpenIsAnError) {
+  const std::string d = temp_dir("changed");
+  const std::string p = d + "/w.safetensors";
+  const at::Tensor a = at::arange(4, at::kFloat), b = at::ones({2});
+  // The kernel's file times tick every few milliseconds: each change below lands in a
+  // later tick than the write before it.
+  auto tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); };
+  write_safetensors(p, {{"a", a}, {"b", b}});
+  tick();
+  {
+    SafetensorsFile f(p);
+    EXPECT_TRUE(at::equal(f.read("a"), a));
+    f.check_unchanged();  // nothing changed: no error
+    {  // one byte of the last tensor overwritten in place, the size unchanged
+      std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(-1, std::ios::end);
+      io.put('\x3f');
+    }
+    glint::testing::expect_error_naming([&] { f.read("b"); },
+                                        p + ": changed on disk while it was being read (it was written to)");
+    glint::testing::expect_error_naming([&] { f.check_unchanged(); }, p + ": changed on disk");
+  }
+  tick();
+  {
+    SafetensorsFile f(p);  // opened again: one version, readable
+    f.read("b");
+    const uint64_t size = fs::file_size(p);
+    fs::resize_file(p, size - 4);
+    glint::testing::expect_error_naming([&] { f.read("a"); },
+                                        "its size went from " + std::to_string(size) + " to " +
+                                            std::to_string(size - 4) + " bytes");
+  }
+  write_safetensors(p, {{"a", a}, {"b", b}});
+  tick();
+  {
+    SafetensorsFile f(p);
+    f.read("a");
+    write_safetensors(p, {{"a", a + 1}, {"b", b}});  // a new file renamed over the path
+    glint::testing::expect_error_naming([&] { f.read("b"); }, "another file was put in its place");
+  }
+  {
+    SafetensorsFile f(p);
+    f.read("a");
+    fs::remove(p);
+    glint::testing::expect_error_naming([&] { f.check_unchanged(); }, "it was removed");
+  }
 }
 
 }  // namespace
