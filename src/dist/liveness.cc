@@ -3,6 +3,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -67,32 +70,132 @@ std::weak_ptr<Liveness> g_job;  // owned by the world Comm
 
 struct Liveness::State {
   World world;
+  std::chrono::milliseconds limit;  // a heartbeat that stands still this long is lost
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
   bool finished = false;  // the heartbeat thread has returned
+  // When the store last answered a heartbeat (steady clock, ns). A second thread watches
+  // it, since a store call on a cut link may block long past its timeout.
+  std::atomic<int64_t> answered_ns{0};
 };
+
+namespace {
+
+constexpr const char* kLostKey = "liveness/lost";
+std::string left_key(int rank) { return "liveness/left/" + std::to_string(rank); }
+
+// Ends this process at once from the heartbeat thread: the main thread may sit in a
+// collective that would not return before the collective timeout. Files are written
+// whole or not at all (atomic writes, flushed metrics), so nothing is half-written.
+[[noreturn]] void end_job(const World& w, const std::string& why) {
+  std::fprintf(stderr, "glint: error: %s: %s\n", describe_rank(w, w.rank).c_str(), why.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+std::string seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000) + " s"; }
+
+// "rank 2 and rank 3 (node 1); rank 5 (node 2)": ranks grouped by node, in order.
+std::string name_ranks(const World& w, const std::vector<int>& ranks) {
+  std::map<int, std::vector<int>> by_node;
+  for (int r : ranks) by_node[w.node_of(r)].push_back(r);
+  std::string out;
+  for (const auto& [node, rs] : by_node) {
+    if (!out.empty()) out += "; ";
+    for (size_t i = 0; i < rs.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == rs.size() ? " and " : ", ") + std::string("rank ") + std::to_string(rs[i]);
+    if (w.num_nodes > 1) out += " (node " + std::to_string(node) + ")";
+  }
+  return out;
+}
+
+std::string stopped_answering(const World& w, const std::vector<int>& ranks, std::chrono::milliseconds still) {
+  return name_ranks(w, ranks) + (ranks.size() == 1 ? " stopped answering: its" : " stopped answering: their") +
+         " heartbeat stood still for " + seconds(still) +
+         " (the process exited or was stopped, or its node or network was lost)";
+}
+
+std::string store_lost(const World& w) {
+  return "the job's store at " + w.master_addr + ":" + std::to_string(w.master_port) + " (hosted by " +
+         describe_rank(w, 0) + ") does not answer: that node, or the network to it, was lost";
+}
+
+using clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count();
+}
+
+// Ranks but 0: ends the job when the store has not answered for the limit.
+void watch_store(const std::shared_ptr<Liveness::State>& s) {
+  std::unique_lock<std::mutex> lock(s->mu);
+  while (!s->stop) {
+    if (now_ns() - s->answered_ns.load() > int64_t(s->limit.count()) * 1000000) end_job(s->world, store_lost(s->world));
+    s->cv.wait_for(lock, kInterval, [&] { return s->stop; });
+  }
+}
+
+void heartbeat(const std::shared_ptr<Liveness::State>& s) {
+  const World& w = s->world;
+  c10::intrusive_ptr<c10d::Store> store;
+  const std::string key = key_of(w.rank);
+  // Rank 0's watch: each rank's counter as last seen, and when it last moved.
+  std::vector<int64_t> seen(size_t(w.world_size), -1);
+  std::vector<clock::time_point> moved(size_t(w.world_size), clock::now());
+  std::unique_lock<std::mutex> lock(s->mu);
+  while (!s->stop) {
+    lock.unlock();
+    try {
+      if (!store) store = connect(w);
+      store->add(key, 1);
+      s->answered_ns = now_ns();
+      if (w.rank == 0) {
+        std::vector<int> lost;
+        for (int r = 1; r < w.world_size; ++r) {
+          const int64_t c = store->add(key_of(r), 0);
+          if (c != seen[size_t(r)]) {
+            seen[size_t(r)] = c;
+            moved[size_t(r)] = clock::now();
+          } else if (clock::now() - moved[size_t(r)] > s->limit && !store->check({left_key(r)})) {
+            lost.push_back(r);
+          }
+        }
+        if (!lost.empty()) {
+          const std::string why = stopped_answering(w, lost, s->limit);
+          store->set(kLostKey, std::vector<uint8_t>(why.begin(), why.end()));
+          // The others read it within a beat or two; then the store leaves with this process.
+          std::this_thread::sleep_for(kInterval * 3);
+          end_job(w, why);
+        }
+      } else if (store->check({kLostKey})) {
+        const std::vector<uint8_t> v = store->get(kLostKey);
+        end_job(w, "the job ends: " + std::string(v.begin(), v.end()));
+      }
+    } catch (...) {  // the store's host is gone or unreachable: try again next beat
+      store.reset();
+    }
+    lock.lock();
+    s->cv.wait_for(lock, kInterval, [&] { return s->stop; });
+  }
+  lock.unlock();
+  try {  // leaving: rank 0 stops watching this rank
+    if (store) store->set(left_key(w.rank), std::vector<uint8_t>{'1'});
+  } catch (...) {
+  }
+  lock.lock();
+  s->finished = true;
+  s->cv.notify_all();
+}
+
+}  // namespace
 
 Liveness::Liveness(const World& world) : state_(std::make_shared<State>()) {
   state_->world = world;
-  std::thread([s = state_] {
-    c10::intrusive_ptr<c10d::Store> store;
-    const std::string key = key_of(s->world.rank);
-    std::unique_lock<std::mutex> lock(s->mu);
-    while (!s->stop) {
-      lock.unlock();
-      try {
-        if (!store) store = connect(s->world);
-        store->add(key, 1);
-      } catch (...) {  // the store's host is gone or unreachable: try again next beat
-        store.reset();
-      }
-      lock.lock();
-      s->cv.wait_for(lock, kInterval, [&] { return s->stop; });
-    }
-    s->finished = true;
-    s->cv.notify_all();
-  }).detach();
+  state_->limit = heartbeat_timeout();
+  state_->answered_ns = now_ns();
+  std::thread([s = state_] { heartbeat(s); }).detach();
+  if (world.rank != 0) std::thread([s = state_] { watch_store(s); }).detach();
 }
 
 Liveness::~Liveness() {
@@ -118,26 +221,11 @@ std::string Liveness::lost_ranks() const {
   auto before = within<std::vector<int64_t>>(deadline, counters);
   if (before) std::this_thread::sleep_for(kInterval * kWatchedBeats);
   auto after = before ? within<std::vector<int64_t>>(deadline, counters) : std::nullopt;
-  if (!before || !after)
-    return "the job's store at " + w.master_addr + ":" + std::to_string(w.master_port) + " (hosted by " +
-           describe_rank(w, 0) + ") does not answer: that node, or the network to it, was lost";
-  // Lost ranks by node, in order.
-  std::map<int, std::vector<int>> lost;
+  if (!before || !after) return store_lost(w);
+  std::vector<int> lost;
   for (int r = 0; r < w.world_size; ++r)
-    if (r != w.rank && (*before)[size_t(r)] == (*after)[size_t(r)]) lost[w.node_of(r)].push_back(r);
-  if (lost.empty()) return "";
-  std::string out;
-  for (const auto& [node, ranks] : lost) {
-    if (!out.empty()) out += "; ";
-    for (size_t i = 0; i < ranks.size(); ++i)
-      out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::string("rank ") + std::to_string(ranks[i]);
-    if (w.num_nodes > 1) out += " (node " + std::to_string(node) + ")";
-  }
-  size_t n = 0;
-  for (const auto& kv : lost) n += kv.second.size();
-  return out + (n == 1 ? " stopped answering: its" : " stopped answering: their") + " heartbeat stood still for " +
-         std::to_string(kWatchedBeats * kInterval.count() / 1000) +
-         " s (the process exited or was stopped, or its node or network was lost)";
+    if (r != w.rank && (*before)[size_t(r)] == (*after)[size_t(r)]) lost.push_back(r);
+  return lost.empty() ? "" : stopped_answering(w, lost, kInterval * kWatchedBeats);
 }
 
 void set_job_liveness(std::shared_ptr<Liveness> liveness) {

@@ -5,6 +5,16 @@
 // job's store (the TCPStore rank 0 hosts) once a second, over a connection of its own.
 // A rank that exited, was stopped (SIGSTOP), or sits behind a cut link stops beating;
 // a rank that computes, reads files or waits in a collective goes on beating.
+//
+// The heartbeat is also a watchdog, so that a lost node ends the job in about a minute
+// rather than at the collective timeout (GLINT_DIST_TIMEOUT_SECONDS, 30 minutes by
+// default): rank 0 watches every rank's counter, and one that stood still for the
+// heartbeat limit (GLINT_HEARTBEAT_TIMEOUT_SECONDS, 60) without having left
+// the job ends it: rank 0 posts the reason under "liveness/lost", every rank that reads
+// it there exits with it, and so does rank 0. A rank whose store has not answered for the
+// limit (its node lost the network, or rank 0's node died) exits naming the store's
+// host. A rank that exits, normally or not, leaves the job (its Liveness is destroyed,
+// or its connections close, which fails its peers' collectives at once).
 #pragma once
 
 #include <memory>
@@ -19,7 +29,8 @@ class Liveness {
   // Starts this rank's heartbeat. REQUIRES: world.distributed(), and rank 0's store is
   // up (the rendezvous is done).
   explicit Liveness(const World& world);
-  // Stops the heartbeat; does not wait for a store that no longer answers.
+  // Stops the heartbeat and marks this rank as having left the job; waits for a store
+  // that no longer answers at most its timeout (5 s).
   ~Liveness();
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
@@ -30,8 +41,9 @@ class Liveness {
   // when every rank beats. Safe to call from any thread; never throws.
   std::string lost_ranks() const;
 
+  struct State;  // shared with the heartbeat thread, which may outlive this object
+
  private:
-  struct State;
   std::shared_ptr<State> state_;
 };
 

@@ -1,5 +1,6 @@
 #include "dist/world.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -84,6 +85,11 @@ World World::from_env() {
 std::chrono::milliseconds dist_timeout() {
   int s = env_int_or("GLINT_DIST_TIMEOUT_SECONDS", 1800, 1);
   return std::chrono::milliseconds(int64_t(s) * 1000);
+}
+
+std::chrono::milliseconds heartbeat_timeout() {
+  int s = env_int_or("GLINT_HEARTBEAT_TIMEOUT_SECONDS", 60, 1);
+  return std::min(std::chrono::milliseconds(int64_t(s) * 1000), dist_timeout());
 }
 
 }  // namespace glint

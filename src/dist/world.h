@@ -33,5 +33,8 @@ struct World {
 // GLINT_DIST_TIMEOUT_SECONDS (default 1800): how long a collective or the rendezvous
 // waits for the other ranks before failing.
 std::chrono::milliseconds dist_timeout();
+// GLINT_HEARTBEAT_TIMEOUT_SECONDS (default 60, at most the collective timeout): how long
+// a rank's heartbeat may stand still before the job ends naming it (dist/liveness.h).
+std::chrono::milliseconds heartbeat_timeout();
 
 }  // namespace glint

@@ -139,7 +139,8 @@ struct Broken {
   std::string log[2];
 };
 
-Broken train_then_break(const std::string& name, int timeout,
+// `env`: the ranks' distributed timeouts.
+Broken train_then_break(const std::string& name, const std::string& env,
                         const std::function<void(SimulatedNodes&)>& fault) {
   Broken b{};
   const std::string dir = glint::testing::fresh_temp_dir(name);
@@ -149,7 +150,7 @@ Broken train_then_break(const std::string& name, int timeout,
   pid_t p[2];
   for (int k = 0; k < 2; ++k)
     p[k] = glint::testing::start(
-        "GLINT_DIST_TIMEOUT_SECONDS=" + std::to_string(timeout) + " " +
+        env + " " +
             node_launch(*nodes, k, 29500,
                         "train --model " + model + " --steps 100000 --batch-size 4 --eval-samples 0 --ep 2 --fsdp "
                         "--output " + dir + "/run"),
@@ -157,20 +158,31 @@ Broken train_then_break(const std::string& name, int timeout,
   EXPECT_TRUE(wait_for_file(dir + "/run/metrics.jsonl", 120)) << glint::read_file(dir + "/node0.log");
   fault(*nodes);
   auto t0 = std::chrono::steady_clock::now();
+  // Both launchers at once, each timed from the fault to its own exit.
+  bool done[2] = {false, false};
+  for (int k = 0; k < 2; ++k) b.code[k] = -1;
+  while ((!done[0] || !done[1]) && seconds_since(t0) < 120) {
+    for (int k = 0; k < 2; ++k)
+      if (!done[k] && (b.code[k] = glint::testing::wait_for(p[k], 0.05)) != -1) {
+        done[k] = true;
+        b.ended[k] = seconds_since(t0);
+      }
+  }
   for (int k = 0; k < 2; ++k) {
-    b.code[k] = glint::testing::wait_for(p[k], 120);
-    b.ended[k] = seconds_since(t0);
-    if (b.code[k] == -1) ::kill(p[k], SIGKILL);
+    if (!done[k]) {
+      ::kill(p[k], SIGKILL);
+      b.ended[k] = seconds_since(t0);
+    }
     b.log[k] = glint::read_file(dir + "/node" + std::to_string(k) + ".log");
   }
-  std::printf("%s: node 0 ended %.1f s after the fault, node 1 %.1f s (timeout %d s)\n", name.c_str(), b.ended[0],
-              b.ended[1], timeout);
+  std::printf("%s: node 0 ended %.1f s after the fault, node 1 %.1f s (%s)\n", name.c_str(), b.ended[0],
+              b.ended[1], env.c_str());
   return b;
 }
 
 TEST(MultiNode, LinkCutEndsTheJobOnBothNodes) {
   const int timeout = 10;
-  Broken b = train_then_break("link_cut", timeout, [](SimulatedNodes& nodes) {
+  Broken b = train_then_break("link_cut", "GLINT_DIST_TIMEOUT_SECONDS=" + std::to_string(timeout), [](SimulatedNodes& nodes) {
     nodes.set_link(1, false);  // node 1's cable, mid-run
   });
   for (int k = 0; k < 2; ++k) {
@@ -187,7 +199,7 @@ TEST(MultiNode, LinkCutEndsTheJobOnBothNodes) {
 
 TEST(MultiNode, DeadNodeIsNamedByTheOther) {
   const int timeout = 10;
-  Broken b = train_then_break("node_dies", timeout, [](SimulatedNodes& nodes) {
+  Broken b = train_then_break("node_dies", "GLINT_DIST_TIMEOUT_SECONDS=" + std::to_string(timeout), [](SimulatedNodes& nodes) {
     // Every process of node 1, its launcher too: the machine is gone.
     RunResult r = glint::testing::run("ip netns pids " + nodes.namespace_of(1) + " | xargs -r kill -9");
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -196,6 +208,28 @@ TEST(MultiNode, DeadNodeIsNamedByTheOther) {
   EXPECT_NE(b.code[0], -1) << "node 0 did not end";
   EXPECT_LT(b.ended[0], timeout + 25.0);
   EXPECT_NE(b.log[0].find("rank 2 and rank 3 (node 1) stopped answering"), std::string::npos) << b.log[0];
+}
+
+// With the default 30-minute collective timeout, a cut link would hold the job until
+// then; the heartbeat ends it after its own limit, on both sides.
+TEST(MultiNode, HeartbeatEndsTheJobLongBeforeTheCollectiveTimeout) {
+  const int heartbeat = 5;
+  Broken b = train_then_break("heartbeat", "GLINT_DIST_TIMEOUT_SECONDS=1800 GLINT_HEARTBEAT_TIMEOUT_SECONDS=" +
+                                               std::to_string(heartbeat),
+                              [](SimulatedNodes& nodes) { nodes.set_link(1, false); });
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(b.code[k], 0) << b.log[k];
+    EXPECT_NE(b.code[k], -1) << "node " << k << " did not end";
+    // The limit, a beat or two, rank 0's three beats of notice, the launcher's grace.
+    EXPECT_LT(b.ended[k], heartbeat + 20.0) << "node " << k;
+  }
+  EXPECT_NE(b.log[0].find("rank 2 and rank 3 (node 1) stopped answering: their heartbeat stood still for 5 s"),
+            std::string::npos)
+      << b.log[0];
+  EXPECT_NE(b.log[0].find("[rank 1] glint: error: rank 1 (node 0): the job ends: rank 2 and rank 3 (node 1)"),
+            std::string::npos)
+      << b.log[0];
+  EXPECT_NE(b.log[1].find("rank 0 (node 0)) does not answer"), std::string::npos) << b.log[1];
 }
 
 // The printed layout, from the rank numbering alone (node k holds ranks [k*4, k*4+4)).
