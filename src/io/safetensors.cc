@@ -49,6 +49,15 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
   }
 }
 
+// "[start, start + count)" for messages, computed without overflowing (a caller may ask
+// for count rows from row INT64_MAX).
+std::string range_str(int64_t start, int64_t count) {
+  int64_t end = 0;
+  if (__builtin_add_overflow(start, count, &end))
+    return "[" + std::to_string(start) + ", " + std::to_string(start) + " + " + std::to_string(count) + ")";
+  return "[" + std::to_string(start) + ", " + std::to_string(end) + ")";
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -221,8 +230,8 @@ at::Tensor SafetensorsFile::read_rows(const std::string& key, int64_t start, int
   GLINT_CHECK(!ti.shape.empty(), path_, ": tensor '", key, "' is a scalar; it has no rows");
   // Written as two comparisons so that start + count cannot overflow.
   GLINT_CHECK(start >= 0 && count >= 0 && start <= ti.shape[0] && count <= ti.shape[0] - start,
-              path_, ": tensor '", key, "': rows [", start, ", ", start + count,
-              ") are out of range for shape ", shape_str(ti.shape));
+              path_, ": tensor '", key, "': rows ", range_str(start, count), " are out of range for shape ",
+              shape_str(ti.shape));
   std::vector<int64_t> shape = ti.shape;
   shape[0] = count;
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(ti.dtype));
@@ -240,8 +249,7 @@ at::Tensor SafetensorsFile::read_flat(const std::string& key, int64_t start, int
   const TensorInfo& ti = info(key);
   const int64_t n = ti.numel();
   GLINT_CHECK(start >= 0 && count >= 0 && start <= n && count <= n - start, path_, ": tensor '", key,
-              "': elements [", start, ", ", start + count, ") are out of range for shape ",
-              shape_str(ti.shape));
+              "': elements ", range_str(start, count), " are out of range for shape ", shape_str(ti.shape));
   at::Tensor t = at::empty({count}, at::TensorOptions().dtype(ti.dtype));
   const uint64_t es = c10::elementSize(ti.dtype);
   pread_all(fd_, t.data_ptr(), es * uint64_t(count), ti.begin + es * uint64_t(start), path_);

@@ -39,11 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       glint::fuzz::check(file.read_flat(key, n / 2, n - n / 2).numel() == n - n / 2, "read_flat's count");
       expect_refused([&] { file.read_flat(key, n, 1); }, "read_flat past the end throws");
       expect_refused([&] { file.read_flat(key, -1, 1); }, "read_flat before the start throws");
+      expect_refused([&] { file.read_flat(key, INT64_MAX, 2); }, "read_flat far past the end throws");
       if (!info.shape.empty()) {
         const int64_t rows = info.shape[0];
         if (rows > 0) glint::fuzz::check(file.read_rows(key, rows - 1, 1).size(0) == 1, "read_rows' count");
         expect_refused([&] { file.read_rows(key, rows, 1); }, "read_rows past the end throws");
         expect_refused([&] { file.read_rows(key, 0, -1); }, "read_rows of a negative count throws");
+        expect_refused([&] { file.read_rows(key, INT64_MAX, 2); }, "read_rows far past the end throws");
       }
     }
     expect_refused([&] { file.info("\x01 no such key"); }, "info() of a missing key throws");
