@@ -370,7 +370,8 @@ TEST_F(Service, RetriedRequestWithTheSameIdempotencyKeyRunsOnce) {
   TinkerClient c(server_->port, kAlice);
   const std::string session = c.session();
   const std::string once = c.create_model(session, base(c), 2, 3), twice = c.create_model(session, base(c), 2, 3);
-  const json data = {ce_datum({1, 2, 3, 4, 5}, 0.25)};
+  // json::array: clang reads a one-element braced list of a json as a copy, not a list.
+  const json data = json::array({ce_datum({1, 2, 3, 4, 5}, 0.25)});
   Reply a = c.post("forward_backward", forward_body(twice, data), "key-1");
   Reply b = c.post("forward_backward", forward_body(twice, data), "key-1");  // the retry
   ASSERT_EQ(a.status, 200);
@@ -417,8 +418,11 @@ TEST_F(Service, AnOwnerSeesAndTouchesOnlyItsOwnObjects) {
       {"create_model in alice's session", bob.post("create_model", {{"session_id", session}, {"model_seq_id", 9}, {"base_model", base(bob)}, {"lora_config", {{"rank", 2}}}})},
   };
   for (const auto& [what, r] : tries) EXPECT_EQ(r.status, 404) << what << ": " << r.body.dump();
-  for (const auto& r : bob.get("training_runs").body["training_runs"]) EXPECT_NE(r["training_run_id"], id);
-  for (const auto& ck : bob.get("checkpoints").body["checkpoints"])
+  // Each reply held by name: a range-for over a member of a temporary reply would read
+  // the reply after its end (AddressSanitizer: heap-use-after-free).
+  const Reply runs = bob.get("training_runs"), checkpoints = bob.get("checkpoints");
+  for (const auto& r : runs.body["training_runs"]) EXPECT_NE(r["training_run_id"], id);
+  for (const auto& ck : checkpoints.body["checkpoints"])
     EXPECT_EQ(ck["tinker_path"].get<std::string>().find(id), std::string::npos);
   EXPECT_TRUE(fs::exists(*dir_ + "/state/runs/" + id + "/weights/mine/manifest.json"));  // still there
   // Names are path-safe: no traversal, no separators, no hidden names, a length limit.
