@@ -153,7 +153,10 @@ TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
   RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(2, "bash -c '" + script + "'"));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("glint launch: rank 1 exited with status 137"), std::string::npos) << r.output;
-  EXPECT_LT(r.seconds, 30) << r.output;
+  // Bounded: rank 0's collective fails on the closed connection, it watches the
+  // heartbeats for 3 s to name the lost rank, and exits (a loaded 2-core machine has
+  // taken 32 s for the whole run).
+  EXPECT_LT(r.seconds, 60) << r.output;
 
   // No launcher: rank 0 notices the lost peer in its next collective.
   int port = glint::free_tcp_port();
