@@ -147,6 +147,12 @@ CheckpointDir find_checkpoint(const std::string& path) {
     c.run_dir = path;
     GLINT_CHECK(path_exists(c.dir + "/manifest.json"), path, "/checkpoints/latest names ", name,
                 ", which is not a complete checkpoint (no ", c.dir, "/manifest.json)");
+    // A save is complete once its directory is renamed into place; `latest` follows it.
+    // A job that ended between the two leaves a newer complete checkpoint: that one.
+    const std::map<int64_t, std::string> all = complete_checkpoints(path + "/checkpoints");
+    char* end = nullptr;
+    const long long named = std::strtoll(name.c_str() + 5, &end, 10);
+    if (!all.empty() && end && *end == '\0' && all.rbegin()->first > named) c.dir = all.rbegin()->second;
   } else if (path_exists(path + "/checkpoints")) {
     fail(path, ": no complete checkpoint (checkpoints/latest is missing: no save finished)");
   } else {
