@@ -48,9 +48,7 @@ Action add_template(CLI::App& app) {
         nlohmann::ordered_json in;
         try {
           in = nlohmann::ordered_json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          fail("not JSON: ", e.what());
-        } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
           fail("not JSON: ", e.what());
         }
         ChatRenderOptions o = base;

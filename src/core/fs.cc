@@ -28,9 +28,7 @@ nlohmann::json read_json_file(const std::string& path) {
   std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     fail(path, ": invalid JSON: ", e.what());
   }
 }

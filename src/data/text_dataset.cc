@@ -387,9 +387,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
         Json j;
         try {
           j = Json::parse(lines[i].second);
-        } catch (const Json::parse_error& e) {
-          fail("invalid JSON: ", e.what());
-        } catch (const Json::out_of_range& e) {  // a number beyond double's range: 1e400
+        } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e400
           fail("invalid JSON: ", e.what());
         }
         done[i] = tokenize_text_line(j, tok, tmpl, eos_id, o.render);

@@ -157,9 +157,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(header);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail(path, ": header is not valid JSON: ", e.what());
-    } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double's range: 1e400
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
       fail(path, ": header is not valid JSON: ", e.what());
     }
     GLINT_CHECK(j.is_object(), path, ": header JSON must be an object, got ", j.type_name());
