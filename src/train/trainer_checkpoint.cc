@@ -165,6 +165,8 @@ void Trainer::resume(const std::string& path) {
   start_step_ = step_;
   GLINT_USAGE_CHECK(step_ < opt_.steps, ckpt.dir, " is at step ", step_, ", the run's --steps is ", opt_.steps,
                     ": nothing is left to train (a larger --steps continues it)");
+  GLINT_USAGE_CHECK(opt_.stop_after == 0 || step_ < opt_.stop_after, ckpt.dir, " is at step ", step_,
+                    ": --stop-after ", opt_.stop_after, " is not after it (a later step, or none, continues it)");
   if (optimizer_) optimizer_->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
   std::vector<std::string> notes;
   if (data_->sampler) notes.push_back(restore_sampler(*data_->sampler, st.value("sampler", nlohmann::json()), samples_.size(), "data"));

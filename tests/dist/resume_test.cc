@@ -51,6 +51,17 @@ double tensor_difference(const std::string& a_path, const std::string& b_path) {
   return worst;
 }
 
+// The step of the newest checkpoint in RUN/checkpoints that has its manifest (0: none).
+int64_t newest_complete_step(const std::string& run) {
+  int64_t newest = 0;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0 && n.find('.') == std::string::npos && fs::exists(e.path() / "manifest.json"))
+      newest = std::max<int64_t>(newest, std::stoll(n.substr(5)));
+  }
+  return newest;
+}
+
 struct Mesh {
   int ranks;
   std::string flags;
@@ -205,6 +216,8 @@ TEST(ResumeFaults, IncompleteAndMismatchedCheckpointsAreRefused) {
   expect_refused(launch(2, "train --resume " + s.run + " --dtype float32"), {"dtype"});
   // Nothing to train past the end.
   expect_refused(launch(2, "train --resume " + s.run + " --steps 2"), {"nothing is left to train"});
+  // A stop at or before the checkpoint's step would never come: refused, not run on.
+  expect_refused(launch(2, "train --resume " + s.run + " --stop-after 2"), {"is at step 2", "--stop-after 2 is not after it"});
   // A missing rank file, then a truncated one.
   fs::rename(s.run + "/checkpoints/step-2/rank-00001.safetensors", s.dir + "/moved");
   expect_refused(launch(2, "train --resume " + s.run), {"rank-00001.safetensors is missing", "incomplete"});
@@ -341,12 +354,16 @@ TEST(ResumeFaults, RankKilledDuringASaveLeavesTheLatestComplete) {
   std::string latest = glint::read_file(run + "/checkpoints/latest");
   latest.pop_back();
   ASSERT_TRUE(fs::exists(run + "/checkpoints/" + latest + "/manifest.json")) << latest;
-  // It loads (checksums verified), on the same mesh and on one rank.
-  const int64_t k = std::stoll(latest.substr(5));
+  // The kill may land after a save's rename and before `latest` moved: that checkpoint is
+  // complete too, and the newest, and resume takes it. It loads (checksums verified).
+  const int64_t k = newest_complete_step(run);
+  ASSERT_GE(k, std::stoll(latest.substr(5)));
   RunResult again = launch(2, "train --resume " + run + " --stop-after " + std::to_string(k + 1));
   EXPECT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_NE(again.output.find("resumed from"), std::string::npos) << again.output;
-  std::printf("killed rank 1 while step %lld+1 was being saved (latest: %s)\n", (long long)k, latest.c_str());
+  EXPECT_NE(again.output.find("/checkpoints/step-" + std::to_string(k) + " at step " + std::to_string(k)),
+            std::string::npos)
+      << again.output;
+  std::printf("killed rank 1 during a save (latest: %s, newest complete: step-%lld)\n", latest.c_str(), (long long)k);
 }
 
 // A save that runs out of space fails with the system's reason, stops the job and
@@ -372,6 +389,7 @@ TEST(ResumeFaults, FullDiskFailsClearlyAndKeepsThePreviousCheckpoint) {
   }
   // The previous checkpoint loads (checksums verified), into a run directory elsewhere.
   const int64_t k = std::stoll(latest.substr(5));
+  ASSERT_EQ(newest_complete_step(run), k);
   RunResult again = launch(2, "train --resume " + run + " --stop-after " + std::to_string(k + 1) + " --output " + dir +
                                   "/elsewhere");
   EXPECT_EQ(again.exit_code, 0) << again.output;

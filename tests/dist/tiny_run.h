@@ -22,11 +22,18 @@ namespace glint::testing {
 inline std::string glint_bin() { return GLINT_BINARY; }
 
 // A command through `glint launch -n W` (or directly for W = 1), with a short
-// distributed timeout so that a collective mismatch fails instead of hanging.
+// distributed timeout so that a collective mismatch fails instead of hanging, and a
+// limit on the whole command (exit code 124 past it) so that a run that never ends fails
+// its test with its output instead of holding it until ctest's timeout.
 inline RunResult launch(int ranks, const std::string& args) {
-  std::string cmd = "GLINT_DIST_TIMEOUT_SECONDS=60 " + glint_bin() +
-                    (ranks > 1 ? " launch -n " + std::to_string(ranks) + " -- " + glint_bin() : "") + " " + args;
-  return glint::testing::run(cmd);
+  constexpr int kLimitSeconds = 300;
+  std::string cmd = "GLINT_DIST_TIMEOUT_SECONDS=60 timeout -k 10 " + std::to_string(kLimitSeconds) + " " +
+                    glint_bin() + (ranks > 1 ? " launch -n " + std::to_string(ranks) + " -- " + glint_bin() : "") +
+                    " " + args;
+  RunResult r = glint::testing::run(cmd);
+  if (r.exit_code == 124)
+    r.output += "\n[test] the command ran past " + std::to_string(kLimitSeconds) + " s and was stopped\n";
+  return r;
 }
 
 // A tiny Qwen3-MoE (8 experts, a dense second layer) written by init-model; `hidden`
