@@ -72,8 +72,9 @@ TEST(ReportBrowser, ChromiumDrawsThePage) {
   std::string d = make_run("browser", 300);
   RunResult r = run_glint("plot " + d);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string flags = "timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" + d +
-                            "/chromium-profile ";
+  const std::string flags = "timeout 120 chromium --headless --disable-gpu --no-sandbox --no-first-run "
+                            "--disable-background-networking --disable-component-update --disable-sync "
+                            "--user-data-dir=" + d + "/chromium-profile ";
   const std::string png = d + "/report.png";
   r = run(flags + "--screenshot=" + png + " --window-size=1200,2000 file://" + d + "/report.html");
   ASSERT_TRUE(fs::exists(png)) << r.output;
