@@ -6,7 +6,8 @@
 # The chroot is made once with debootstrap (about 2.5 minutes and 1.3 GB) and reused while
 # it exists; its ccache lives inside it, so a rebuild compiles only what changed. The
 # tokenizer and template reference tests do not depend on libtorch and run only in the
-# main build.
+# main build; so does the report page's browser check (no Chromium in the chroot: it
+# reports itself skipped here).
 #
 #   scripts/torch2-check.sh                 make or reuse the chroot, build, run ctest
 #   scripts/torch2-check.sh -R Mesh         extra arguments go to ctest
