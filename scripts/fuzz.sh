@@ -23,8 +23,9 @@ build=${GLINT_BUILD_DIR:-build-asan}
 jobs=${GLINT_FUZZ_JOBS:-2}
 
 if [ "${GLINT_NO_BUILD:-0}" != 1 ]; then
-  GLINT_BUILD_DIR=$build ./scripts/build.sh --sanitize >"$build.fuzz-build.log" 2>&1 || {
-    tail -40 "$build.fuzz-build.log"; echo "fuzz.sh: the sanitized build failed ($build.fuzz-build.log)" >&2; exit 1; }
+  mkdir -p "$build"
+  GLINT_BUILD_DIR=$build ./scripts/build.sh --sanitize >"$build/fuzz-build.log" 2>&1 || {
+    tail -40 "$build/fuzz-build.log"; echo "fuzz.sh: the sanitized build failed ($build/fuzz-build.log)" >&2; exit 1; }
 fi
 source scripts/sanitize-env.sh
 

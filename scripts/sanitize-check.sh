@@ -39,8 +39,9 @@ excluded=(DistComm.* DistLaunch.* Mpirun.* MultiNode.* DistFaults.* ResumeFaults
 filter="-$(IFS=:; echo "${excluded[*]}")"
 
 t0=$SECONDS
-./scripts/build.sh --sanitize >"$build.sanitize-build.log" 2>&1 || {
-  tail -40 "$build.sanitize-build.log"; echo "sanitize-check.sh: the sanitized build failed ($build.sanitize-build.log)" >&2; exit 1; }
+mkdir -p "$build"
+./scripts/build.sh --sanitize >"$build/sanitize-build.log" 2>&1 || {
+  tail -40 "$build/sanitize-build.log"; echo "sanitize-check.sh: the sanitized build failed ($build/sanitize-build.log)" >&2; exit 1; }
 t1=$SECONDS
 echo "sanitize-check.sh: build $build: $((t1 - t0)) s"
 
