@@ -151,21 +151,23 @@ void heartbeat(const std::shared_ptr<Liveness::State>& s) {
       store->add(key, 1);
       s->answered_ns = now_ns();
       if (w.rank == 0) {
-        bool over = false;  // some rank stood still past the limit
+        // The ranks in the job standing still for several beats; lost when one of them
+        // has stood still past the limit (the ranks of a lost node stop within a beat of
+        // each other, and are named together).
+        const clock::time_point now = clock::now();
+        std::vector<int> lost;
+        bool over = false;
         for (int r = 1; r < w.world_size; ++r) {
           const int64_t c = store->add(key_of(r), 0);
           if (c != seen[size_t(r)]) {
             seen[size_t(r)] = c;
-            moved[size_t(r)] = clock::now();
-          }
-          over |= clock::now() - moved[size_t(r)] > s->limit;
-        }
-        // With it, the others that stand still too (several beats): the ranks of a lost
-        // node stop within a beat of each other.
-        std::vector<int> lost;
-        for (int r = 1; r < w.world_size && over; ++r)
-          if (clock::now() - moved[size_t(r)] >= kInterval * kWatchedBeats && !store->check({left_key(r)}))
+            moved[size_t(r)] = now;
+          } else if (now - moved[size_t(r)] >= kInterval * kWatchedBeats && !store->check({left_key(r)})) {
             lost.push_back(r);
+            over |= now - moved[size_t(r)] > s->limit;
+          }
+        }
+        if (!over) lost.clear();
         if (!lost.empty()) {
           const std::string why = stopped_answering(w, lost, s->limit);
           store->set(kLostKey, std::vector<uint8_t>(why.begin(), why.end()));

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -24,16 +25,22 @@ std::string rank_file(int rank, const char* ext) {
   return name;
 }
 
+// The step N of a checkpoint directory's name "step-N"; none for any other name.
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  char* end = nullptr;
+  const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+  if (end == name.c_str() + 5 || *end != '\0' || step < 0) return std::nullopt;
+  return step;
+}
+
 // The complete checkpoints under `root` (directories step-N holding a manifest), by step.
 std::map<int64_t, std::string> complete_checkpoints(const std::string& root) {
   std::map<int64_t, std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !path_exists(e.path().string() + "/manifest.json")) continue;
-    char* end = nullptr;
-    long long step = std::strtoll(name.c_str() + 5, &end, 10);
-    if (end && *end == '\0' && step >= 0) out[step] = e.path().string();
+    const std::optional<int64_t> step = checkpoint_step(e.path().filename().string());
+    if (step && path_exists(e.path().string() + "/manifest.json")) out[*step] = e.path().string();
   }
   return out;
 }
@@ -150,9 +157,8 @@ CheckpointDir find_checkpoint(const std::string& path) {
     // A save is complete once its directory is renamed into place; `latest` follows it.
     // A job that ended between the two leaves a newer complete checkpoint: that one.
     const std::map<int64_t, std::string> all = complete_checkpoints(path + "/checkpoints");
-    char* end = nullptr;
-    const long long named = std::strtoll(name.c_str() + 5, &end, 10);
-    if (!all.empty() && end && *end == '\0' && all.rbegin()->first > named) c.dir = all.rbegin()->second;
+    const std::optional<int64_t> named = checkpoint_step(name);
+    if (named && !all.empty() && all.rbegin()->first > *named) c.dir = all.rbegin()->second;
   } else if (path_exists(path + "/checkpoints")) {
     fail(path, ": no complete checkpoint (checkpoints/latest is missing: no save finished)");
   } else {
