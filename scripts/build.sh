@@ -2,6 +2,9 @@
 # Installs what is missing (Debian packages), then configures and builds glint into
 # build/. Safe to re-run: installed packages are skipped, the build is incremental.
 #
+# Builds the `glint` binary alone (what `./build/glint train` needs); --tests builds every
+# target, the test programs included (what ctest needs).
+#
 # libtorch, the first that exists of: GLINT_TORCH_DIR (a libtorch folder, or its
 # share/cmake); the libtorch inside a python3 that imports torch (a pip-installed PyTorch,
 # with its CUDA when it has one); Debian's libtorch-dev (1.13 on Debian 12, 2.6 on 13).
@@ -11,15 +14,20 @@
 #
 # --sanitize: a second tree, build-asan/, built with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (-O1), holding the unit tests and the libFuzzer targets
-# (tests/fuzz/, run by scripts/fuzz.sh); no npm reference tests.
+# (tests/fuzz/, run by scripts/fuzz.sh); every target; no npm reference tests.
+# --install-only: install what the other options would need, build nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=0
+install_only=0
+targets=(--target glint)
 for arg in "$@"; do
   case $arg in
-    --sanitize) sanitize=1 ;;
-    *) echo "build.sh: unknown argument $arg (known: --sanitize)" >&2; exit 2 ;;
+    --sanitize) sanitize=1; targets=() ;;
+    --tests) targets=() ;;
+    --install-only) install_only=1 ;;
+    *) echo "build.sh: unknown argument $arg (known: --tests, --sanitize, --install-only)" >&2; exit 2 ;;
   esac
 done
 
@@ -48,14 +56,17 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libgloo-dev libopenblas0-pthread
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libgoogle-perftools-dev
-          libpcre2-dev libicu-dev libcpp-httplib-dev
-          openmpi-bin iproute2)
-# The reference tests (tests/reference) install npm packages: Node.js and npm, from
-# Debian where the machine has none.
+          libpcre2-dev libicu-dev libcpp-httplib-dev)
 [ -n "$torch_prefix" ] || packages+=(libtorch-dev)
+# What only the tests use: OpenMPI's mpirun (a launcher test), iproute2 (the simulated-node
+# tests), and Node.js and npm where the machine has none (the reference tests,
+# tests/reference, install npm packages).
+tests=0
+[ ${#targets[@]} -gt 0 ] || tests=1
+[ $tests = 0 ] || packages+=(openmpi-bin iproute2)
 # clang with its sanitizer and libFuzzer runtimes; llvm-symbolizer for readable reports.
 [ $sanitize = 0 ] || packages+=(clang libclang-rt-dev llvm)
-[ "$reference" = OFF ] || command -v npm >/dev/null || packages+=(nodejs npm)
+[ $tests = 0 ] || [ "$reference" = OFF ] || command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -71,6 +82,8 @@ elif [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+[ $install_only = 0 ] || exit 0
+
 # Paths relative to the checkout in ccache's keys: another clone of the repository (CI's
 # clean clone) reuses what this one compiled.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
@@ -80,4 +93,4 @@ torch_args=()
 [ -z "$torch_prefix" ] || torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGLINT_REFERENCE_TESTS="$reference" "${torch_args[@]}" "${sanitize_args[@]}" ${GLINT_CMAKE_ARGS:-}
-cmake --build "$build_dir" -j "$jobs"
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"

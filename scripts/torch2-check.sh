@@ -10,7 +10,9 @@
 # reports itself skipped here).
 #
 #   scripts/torch2-check.sh                 make or reuse the chroot, build, run ctest
-#   scripts/torch2-check.sh -R Mesh         extra arguments go to ctest
+#   scripts/torch2-check.sh -L unit         extra arguments go to ctest
+#   scripts/torch2-check.sh --prepare       make the chroot and install its packages only
+#                                           (CI starts this early, beside the first stage)
 #   scripts/torch2-check.sh --run 'CMD'     build, then run CMD in /src inside the chroot
 #                                           (benchmarks: build-torch2/glint ...)
 #   GLINT_CHROOT=/path                      where the chroot lives (default below)
@@ -52,6 +54,7 @@ if [ ! -e "$root/.glint-ready" ]; then
   echo "torch2-check: chroot made in $(( $(date +%s) - start )) s"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+if [ "${1:-}" = --prepare ] && [ -e "$root/.glint-packages" ]; then exit 0; fi
 
 mounted=()
 cleanup() {
@@ -73,11 +76,19 @@ bind "$repo" /src
 
 # The same build script as the README's, inside the chroot: Debian 13's packages under
 # the same names, its own build tree, no npm reference tests.
-chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  CCACHE_DIR=/var/cache/ccache LANG=C.UTF-8 \
-  GLINT_BUILD_DIR=build-torch2 GLINT_REFERENCE_TESTS=OFF \
-  GLINT_BUILD_JOBS="${GLINT_BUILD_JOBS:-$(nproc)}" \
-  bash /src/scripts/build.sh
+in_chroot_build() {
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    CCACHE_DIR=/var/cache/ccache LANG=C.UTF-8 \
+    GLINT_BUILD_DIR=build-torch2 GLINT_REFERENCE_TESTS=OFF \
+    GLINT_BUILD_JOBS="${GLINT_BUILD_JOBS:-$(nproc)}" \
+    bash /src/scripts/build.sh --tests "$@"
+}
+if [ "${1:-}" = --prepare ]; then
+  in_chroot_build --install-only
+  touch "$root/.glint-packages"
+  exit 0
+fi
+in_chroot_build
 
 if [ "${GLINT_TORCH2_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 if [ "${1:-}" = --run ]; then

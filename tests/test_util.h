@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -44,10 +45,10 @@ inline std::string fresh_temp_dir(const std::string& name) {
   return d.string();
 }
 
-// Runs a shell command; its stdout and stderr together, and its exit status (128 + the
-// signal number when a signal ended it).
-inline std::string run_command(const std::string& cmd, int* exit_code) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+// Runs a shell command; its stdout only (stderr goes where the test's goes), and its exit
+// status (128 + the signal number when a signal ended it).
+inline std::string run_command_stdout(const std::string& cmd, int* exit_code) {
+  FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
@@ -57,16 +58,24 @@ inline std::string run_command(const std::string& cmd, int* exit_code) {
   return out;
 }
 
-// A command's exit status and its stdout and stderr together.
+// Runs a shell command; its stdout and stderr together, and its exit status as above.
+inline std::string run_command(const std::string& cmd, int* exit_code) {
+  return run_command_stdout(cmd + " 2>&1", exit_code);
+}
+
+// A command's exit status, its stdout and stderr together, and its wall time.
 struct RunResult {
   int exit_code;
   std::string output;
+  double seconds = 0;
 };
 
 // Runs a shell command (RunResult form of run_command).
 inline RunResult run(const std::string& cmd) {
   RunResult r;
+  const auto t0 = std::chrono::steady_clock::now();
   r.output = run_command(cmd, &r.exit_code);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
@@ -76,6 +85,11 @@ inline RunResult run_glint(const std::string& args, const std::string& cwd = "")
   return run((cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(GLINT_BINARY) + " " + args);
 }
 #endif
+
+// Writes `text` as the whole of the file at `path` (binary: no newline translation).
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 // One JSON value per line of a JSONL file (a metrics.jsonl); none when it is absent.
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {

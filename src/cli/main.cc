@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
+#include <alloca.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,20 +35,48 @@ std::string version_line() {
   return std::string("glint ") + GLINT_VERSION + " (libtorch " + TORCH_VERSION + ", " + GLINT_GIT_DESCRIBE + ")";
 }
 
-// libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its default
-// spin-waiting keeps idle OpenMP workers on the cores that OpenBLAS's own threads need
-// for every GEMM; passive waiting made a training step 1.5x faster on 2 cores
-// (docs/BENCHMARKS.md). So unless the user chose a policy, set it and exec ourselves.
-void ensure_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: run on with the default
-}
-
 }  // namespace
 
+// libgomp reads OMP_WAIT_POLICY once, when it is loaded. Its default spin-waiting keeps
+// idle OpenMP workers on the cores that OpenBLAS's own threads need for every GEMM;
+// passive waiting made a training step 1.5x faster on 2 cores (docs/BENCHMARKS.md). So
+// unless the user chose a policy, glint sets it before libgomp starts: from the
+// executable's .preinit_array, which the dynamic loader runs before the initializers of
+// any shared library, it points `environ` at a copy of the environment with the policy
+// appended (static storage: nothing allocates this early). glibc sets `environ` back to
+// the process's own environment before main, so the policy is libgomp's alone and
+// children choose again. (glint used to execute itself with the variable set: every
+// command paid the loading of libtorch twice, 0.25 s on the 2-core machine.) An
+// environment too large for the copy falls back to that.
+namespace {
+constexpr size_t kMaxEnvironment = 4096;
+char* g_environment[kMaxEnvironment + 2];
+char g_policy[] = "OMP_WAIT_POLICY=PASSIVE";
+}  // namespace
+
+static void glint_passive_openmp(int argc, char** argv, char** envp) {
+  (void)argc;
+  static const char kName[] = "OMP_WAIT_POLICY=";
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n) {
+    size_t i = 0;
+    while (kName[i] != '\0' && envp[n][i] == kName[i]) ++i;
+    if (kName[i] == '\0') return;  // the user's choice stands
+  }
+  char** env = n <= kMaxEnvironment ? g_environment : static_cast<char**>(alloca((n + 2) * sizeof(char*)));
+  for (size_t i = 0; i < n; ++i) env[i] = envp[i];
+  env[n] = g_policy;
+  env[n + 1] = nullptr;
+  if (env == g_environment) {
+    environ = env;
+    return;
+  }
+  ::execve("/proc/self/exe", argv, env);  // returns only on failure: run on with the default
+}
+__attribute__((section(".preinit_array"), used)) static void (*const glint_preinit)(int, char**, char**) =
+    glint_passive_openmp;
+
 int main(int argc, char** argv) {
-  ensure_passive_openmp(argv);
   CLI::App app{"glint: fine-tune Mixture-of-Experts language models (LoRA and full)", "glint"};
   app.set_version_flag("--version", version_line(), "print the version of glint and of libtorch, and exit");
   app.require_subcommand(0, 1);

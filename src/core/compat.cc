@@ -8,10 +8,12 @@
 #include <dlfcn.h>
 
 #ifdef GLINT_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 
@@ -95,11 +97,39 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
   return eager_attention(q, kk, vv, causal);
 }
 
+CudaCapability cuda_capability(const c10::Device& device) {
+  CudaCapability c;
+  if (!device.is_cuda()) return c;
+  if (const char* fake = std::getenv("GLINT_CUDA_CAPABILITY"); fake && *fake) {
+    char* end = nullptr;
+    c.major = int(std::strtol(fake, &end, 10));
+    if (end && *end == '.') c.minor = int(std::strtol(end + 1, &end, 10));
+    if (c.major <= 0 || !end || *end != '\0')
+      fail("GLINT_CUDA_CAPABILITY=\"", fake, "\" is not a compute capability like 8.0");
+    return c;
+  }
+#ifdef GLINT_CUDA
+  const auto* props = at::cuda::getDeviceProperties(device.has_index() ? device.index() : c10::DeviceIndex(-1));
+  c.major = props->major;
+  c.minor = props->minor;
+#endif
+  return c;
+}
+
+bool flash_attention_runs_on(CudaCapability c) { return c.major >= 8; }
+
+bool grouped_mm_runs_on(CudaCapability c, int torch_major, int torch_minor) {
+  const bool has_it = torch_major > 2 || (torch_major == 2 && torch_minor >= 8);
+  if (!has_it) return false;
+  const bool before_2_9 = torch_major == 2 && torch_minor == 8;
+  return before_2_9 ? c.major == 9 : (c.major == 9 || c.major == 10);
+}
+
 bool varlen_attention_available(const at::Tensor& q) {
 #if GLINT_TORCH_AT_LEAST(2, 4) && defined(GLINT_CUDA)
   const int64_t D = q.size(-1);
   return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && D % 8 == 0 &&
-         D <= 256;
+         D <= 256 && flash_attention_runs_on(cuda_capability(q.device()));
 #else
   (void)q;
   return false;
@@ -124,10 +154,10 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w) {
 #if GLINT_TORCH_AT_LEAST(2, 8)
-  // The kernel wants bf16 operands on a GPU of compute capability 9.0+ and 16-byte
-  // aligned rows.
+  // The kernel wants bf16 operands on a GPU it has kernels for, and 16-byte aligned rows.
   return x.is_cuda() && x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16 &&
-         x.size(1) % 8 == 0 && w.size(1) % 8 == 0;
+         x.size(1) % 8 == 0 && w.size(1) % 8 == 0 &&
+         grouped_mm_runs_on(cuda_capability(x.device()), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
 #else
   (void)x;
   (void)w;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
@@ -40,19 +41,36 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
 // the eager path) for tensors like `q`.
 bool fused_attention_available(const at::Tensor& q);
 
+// A CUDA device's compute capability (8.0 for an A100, 9.0 for an H100); {0, 0} for
+// any other device. The fused kernels below depend on it as well as on the libtorch.
+struct CudaCapability {
+  int major = 0, minor = 0;
+};
+// The capability `device` reports. GLINT_CUDA_CAPABILITY="8.0" stands in for it, so that a
+// newer GPU can run the paths an older one takes.
+CudaCapability cuda_capability(const c10::Device& device);
+// Whether flash attention's kernels run on a GPU of capability `c` (8.0 and later).
+bool flash_attention_runs_on(CudaCapability c);
+// Whether at::_grouped_mm runs on a GPU of capability `c` in libtorch
+// `torch_major.torch_minor`: none before 2.8; in 2.8 only 9.x (it throws elsewhere); from
+// 2.9 its kernels are for 9.x and 10.x (other GPUs get a slower loop inside it, which
+// grouped_matmul's own loop replaces).
+bool grouped_mm_runs_on(CudaCapability c, int torch_major, int torch_minor);
+
 // Causal attention over packed sequences, for q [T, N, D] and k, v [T, N_kv, D] holding
 // the sequences back to back: sequence i is tokens [cu_seqlens[i], cu_seqlens[i+1])
 // (int32 on q's device), none longer than max_length. Only where
-// varlen_attention_available(q): flash attention's variable-length kernel (2.4+, CUDA,
-// bf16 or fp16, head_dim a multiple of 8 up to 256).
+// varlen_attention_available(q): flash attention's variable-length kernel (2.4+, CUDA of
+// capability 8.0+, bf16 or fp16, head_dim a multiple of 8 up to 256).
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& cu_seqlens, int64_t max_length);
 bool varlen_attention_available(const at::Tensor& q);
 
 // The expert GEMM: x [N, in] holds E groups of rows, counts[e] rows for expert e in
 // expert order (a count may be 0); w [E, out, in]. Returns [N, out], group e multiplied
-// by w[e]ᵀ, with gradients for x and w. On CUDA with bf16 and a libtorch that has
-// at::_grouped_mm, one kernel; elsewhere one GEMM per expert (empty groups included, so
+// by w[e]ᵀ, with gradients for x and w. On CUDA with bf16, a libtorch that has
+// at::_grouped_mm and a GPU it runs on (grouped_mm_runs_on), one kernel; elsewhere one
+// GEMM per expert (empty groups included, so
 // that the result stays in x's and w's autograd graph).
 at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& counts);
 // Whether grouped_matmul takes the one-kernel path for these operands.

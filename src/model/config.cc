@@ -106,8 +106,8 @@ void read_hybrid_layer_types(const json& j, const std::string& where, ModelConfi
     for (const auto& t : *types) {
       GLINT_CHECK(t.is_string(), where, ": field 'layer_types' must hold strings, got ", t.dump());
       std::string kind = t.get<std::string>();
-      if (kind == "mamba") kind = "linear_attention";  // the legacy names
-      if (kind == "attention") kind = "full_attention";
+      if (kind == "mamba") kind = kLinearAttention;  // the legacy names
+      if (kind == "attention") kind = kFullAttention;
       c->layer_types.push_back(kind);
     }
     return;
@@ -116,7 +116,7 @@ void read_hybrid_layer_types(const json& j, const std::string& where, ModelConfi
   read(j, where, "full_attention_interval", &interval);
   GLINT_CHECK(interval > 0, where, ": full_attention_interval must be positive, got ", interval);
   for (int64_t l = 0; l < c->num_hidden_layers; ++l)
-    c->layer_types.push_back((l + 1) % interval == 0 ? "full_attention" : "linear_attention");
+    c->layer_types.push_back((l + 1) % interval == 0 ? kFullAttention : kLinearAttention);
 }
 
 void validate_hybrid_layers(const ModelConfig& c, const std::string& where) {
@@ -138,8 +138,8 @@ void validate_hybrid_layers(const ModelConfig& c, const std::string& where) {
   GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ", c.layer_types.size(),
               " entries for ", c.num_hidden_layers, " layers");
   for (const auto& t : c.layer_types)
-    GLINT_CHECK(t == "full_attention" || t == "linear_attention", where, ": layer type '", t,
-                "' is not supported (expected full_attention or linear_attention)");
+    GLINT_CHECK(t == kFullAttention || t == kLinearAttention, where, ": layer type '", t,
+                "' is not supported (expected ", kFullAttention, " or ", kLinearAttention, ")");
 }
 
 void hybrid_json(const ModelConfig& c, json* j) {

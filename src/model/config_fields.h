@@ -55,7 +55,10 @@ void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool y
 // over the top level. A block whose type is not one of `types` is refused by name.
 void read_partial_rope(const nlohmann::json& j, const std::string& where, const std::vector<std::string>& types,
                        ModelConfig* c);
-// The hybrid layer kinds ("linear_attention" / "full_attention") of Qwen3.5-MoE and
+// The hybrid layer kinds of Qwen3.5-MoE and Qwen3-Next, as layer_types names them.
+inline constexpr const char* kFullAttention = "full_attention";
+inline constexpr const char* kLinearAttention = "linear_attention";
+// The hybrid layer kinds (kLinearAttention / kFullAttention) of Qwen3.5-MoE and
 // Qwen3-Next into c->layer_types: from "layer_types" (the legacy "mamba" and "attention"
 // remapped), else layer l is full attention iff (l + 1) % full_attention_interval == 0
 // (default 4). Needs c->num_hidden_layers; the kinds and their count are the family's to check.

@@ -20,11 +20,9 @@ namespace fs = std::filesystem;
 using glint::testing::run_glint;
 using glint::testing::RunResult;
 
-std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("cli_" + name); }
+std::string cli_dir(const std::string& name) { return glint::testing::fresh_temp_dir("cli_" + name); }
 
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+using glint::testing::write_file;
 
 std::string tiny_config_json(int vocab = 32) {
   nlohmann::json c = {{"model_type", "qwen3_moe"}, {"vocab_size", vocab}, {"hidden_size", 16},
@@ -38,8 +36,8 @@ std::string tiny_config_json(int vocab = 32) {
 
 // Writes a random tiny model through `glint init-model`.
 std::string make_model(const std::string& name) {
-  std::string d = temp_dir(name);
-  write(d + "/config.json", tiny_config_json());
+  std::string d = cli_dir(name);
+  write_file(d + "/config.json", tiny_config_json());
   RunResult r = run_glint("init-model --config " + d + "/config.json --output " + d + "/model --seed 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return d + "/model";
@@ -54,11 +52,11 @@ TEST(Cli, HelpAndUnknownFlag) {
 
 TEST(Cli, TrainsLoraOnAModelDirectoryAndWritesEverything) {
   std::string model = make_model("train_model");
-  std::string d = temp_dir("train_run");
+  std::string d = cli_dir("train_run");
   std::ostringstream data;
   for (int i = 0; i < 8; ++i)
     data << R"({"input_ids":[1,2,3,4,5,6,7,8],"labels":[-100,-100,-100,-100,5,6,7,8]})" << "\n";
-  write(d + "/data.jsonl", data.str());
+  write_file(d + "/data.jsonl", data.str());
   RunResult r = run_glint("train --model " + model + " --data " + d + "/data.jsonl --output " + d +
                           "/out --steps 3 --batch-size 4 --micro-batch-size 2 --seq-len 8 --lr 1e-2 "
                           "--lora-r 4 --lora-alpha 8 --lora-targets q_proj,v_proj,experts.down_proj");
@@ -88,14 +86,14 @@ TEST(Cli, TrainsLoraOnAModelDirectoryAndWritesEverything) {
 
 TEST(Cli, BadDataIsAnErrorNamingFileAndLine) {
   std::string model = make_model("bad_data_model");
-  std::string d = temp_dir("bad_data");
+  std::string d = cli_dir("bad_data");
   const std::pair<std::string, std::string> cases[] = {
       {"{\"input_ids\":[1,2,3]}\n{not json\n", "bad.jsonl:2"},
       {"{\"input_ids\":[1,2,3],\"labels\":[1,2]}\n", "bad.jsonl:1"},
       {"{\"input_ids\":[1,2,99]}\n", "99"},
   };
   for (const auto& [text, expect] : cases) {
-    write(d + "/bad.jsonl", text);
+    write_file(d + "/bad.jsonl", text);
     RunResult r = run_glint("train --model " + model + " --data " + d + "/bad.jsonl --output " + d +
                             "/out --steps 1 --batch-size 1 --seq-len 8");
     EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -106,8 +104,8 @@ TEST(Cli, BadDataIsAnErrorNamingFileAndLine) {
 
 TEST(Cli, BadModelDirectoryIsAnError) {
   std::string model = make_model("bad_model");
-  std::string d = temp_dir("bad_model_data");
-  write(d + "/data.jsonl", "{\"input_ids\":[1,2,3]}\n");
+  std::string d = cli_dir("bad_model_data");
+  write_file(d + "/data.jsonl", "{\"input_ids\":[1,2,3]}\n");
   auto train = [&](const std::string& m) {
     return run_glint("train --model " + m + " --data " + d + "/data.jsonl --output " + d +
                      "/out --steps 1 --batch-size 1 --seq-len 8");
@@ -122,7 +120,7 @@ TEST(Cli, BadModelDirectoryIsAnError) {
   // config.json without a required field.
   auto cfg = nlohmann::json::parse(tiny_config_json());
   cfg.erase("hidden_size");
-  write(model + "/config.json", cfg.dump());
+  write_file(model + "/config.json", cfg.dump());
   r = train(model);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("hidden_size"), std::string::npos) << r.output;
@@ -134,10 +132,10 @@ TEST(Cli, BadModelDirectoryIsAnError) {
 
 TEST(Cli, BadFlagValuesAreErrors) {
   // Usage errors: exit status 2.
-  RunResult r = run_glint("train --steps 0 --output " + temp_dir("bad_flags"));
+  RunResult r = run_glint("train --steps 0 --output " + cli_dir("bad_flags"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
-  r = run_glint("train --lora-targets q_proj,nonsense --output " + temp_dir("bad_flags2"));
+  r = run_glint("train --lora-targets q_proj,nonsense --output " + cli_dir("bad_flags2"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("nonsense"), std::string::npos) << r.output;
 }
@@ -157,7 +155,7 @@ std::vector<double> losses(const std::string& metrics) {
 // The built-in job fills in its own defaults (steps, learning rate); its config.toml
 // must record them so that --config repeats the run exactly.
 TEST(Cli, ResolvedConfigRepeatsTheBuiltInRun) {
-  std::string d = temp_dir("resolved");
+  std::string d = cli_dir("resolved");
   RunResult a = run_glint("train --steps 4 --eval-samples 0 --output " + d + "/a");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   RunResult b = run_glint("train --config " + d + "/a/config.toml --output " + d + "/b");

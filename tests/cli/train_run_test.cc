@@ -8,9 +8,12 @@
 #include <sstream>
 #include <string>
 
+#include "core/fs.h"
 #include "test_util.h"
 
 namespace {
+
+using glint::read_file;
 
 namespace fs = std::filesystem;
 
@@ -21,12 +24,6 @@ std::string glint(const std::string& args, int* code, const std::string& cwd = "
   return r.output;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 const char* kQuick = "train --steps 2 --eval-samples 0 --batch-size 4";
 
@@ -35,15 +32,15 @@ TEST(TrainRun, AnExistingRunDirectoryIsRefusedUnlessOverwrite) {
   int code;
   std::string out = glint(std::string(kQuick) + " --output " + d + "/out", &code);
   ASSERT_EQ(code, 0) << out;
-  const std::string metrics = slurp(d + "/out/metrics.jsonl"), adapter = slurp(d + "/out/adapter/adapter_model.safetensors");
+  const std::string metrics = read_file(d + "/out/metrics.jsonl"), adapter = read_file(d + "/out/adapter/adapter_model.safetensors");
   ASSERT_FALSE(metrics.empty());
   // The same command again: refused before anything is written, the run left as it was.
   out = glint(std::string(kQuick) + " --steps 3 --output " + d + "/out", &code);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("already holds a run"), std::string::npos) << out;
   EXPECT_NE(out.find("metrics.jsonl"), std::string::npos) << out;
-  EXPECT_EQ(slurp(d + "/out/metrics.jsonl"), metrics);
-  EXPECT_EQ(slurp(d + "/out/adapter/adapter_model.safetensors"), adapter);
+  EXPECT_EQ(read_file(d + "/out/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(d + "/out/adapter/adapter_model.safetensors"), adapter);
   // A file is not a directory.
   std::ofstream(d + "/file") << "x";
   out = glint(std::string(kQuick) + " --output " + d + "/file", &code);
@@ -67,7 +64,7 @@ TEST(TrainRun, EachRunGetsANewDirectoryAndConfigRepeatsIntoAnother) {
   for (const auto& e : fs::directory_iterator(cwd + "/runs")) runs.push_back(e.path().string());
   ASSERT_EQ(runs.size(), 2u);
   std::sort(runs.begin(), runs.end());
-  std::string config = slurp(runs[0] + "/config.toml");
+  std::string config = read_file(runs[0] + "/config.toml");
   EXPECT_EQ(config.find("\noutput="), std::string::npos) << config;
   EXPECT_NE(config.find("# glint train, written to runs/"), std::string::npos) << config;
   std::string out = glint("train --config " + runs[0] + "/config.toml", &code, cwd);

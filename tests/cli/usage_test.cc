@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 using glint::testing::run_glint;
 using glint::testing::RunResult;
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+using glint::testing::write_file;
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -57,7 +57,7 @@ const char* kQuickJob = "--steps 2 --eval-samples 0";
 TEST(ConfigFile, UnderscoreAndDashKeysBothSetTheirOption) {
   std::string d = glint::testing::fresh_temp_dir("usage_keys");
   // The defaults are micro-batch-size 0 and max-grad-norm 1 (see `glint train --help`).
-  write(d + "/run.toml",
+  write_file(d + "/run.toml",
         "steps = 2\n"
         "eval_samples = 0\n"
         "batch_size = 4\n"
@@ -75,7 +75,7 @@ TEST(ConfigFile, UnderscoreAndDashKeysBothSetTheirOption) {
 
 TEST(ConfigFile, CommandLineOverridesTheFile) {
   std::string d = glint::testing::fresh_temp_dir("usage_override");
-  write(d + "/run.toml", "steps = 5\neval_samples = 0\nbatch_size = 2\n");
+  write_file(d + "/run.toml", "steps = 5\neval_samples = 0\nbatch_size = 2\n");
   RunResult r = run_glint("train --config " + d + "/run.toml --steps 1 --output " + d + "/out");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_resolved_config(d + "/out/config.toml")["steps"], "1");
@@ -114,7 +114,7 @@ TEST(ConfigFile, UnknownKeyNamesFileKeyAndClosestKey) {
       {"temperature = 0.7", {"run.toml: unknown key 'temperature'; `glint train --help` lists the options"}},
   };
   for (const Case& c : cases) {
-    write(d + "/run.toml", "steps = 2\n" + c.line + "\n");
+    write_file(d + "/run.toml", "steps = 2\n" + c.line + "\n");
     RunResult r = run_glint("train --config " + d + "/run.toml --output " + d + "/out");
     EXPECT_EQ(r.exit_code, 2) << c.line << "\n" << r.output;
     bool found = false;
@@ -135,7 +135,7 @@ TEST(ConfigFile, WrongTypeNamesFileKeyAndExpectation) {
       {"pack = \"maybe\"", "run.toml: pack = \"maybe\": expected true or false"},
   };
   for (const auto& [line, expect] : cases) {
-    write(d + "/run.toml", line + "\n");
+    write_file(d + "/run.toml", line + "\n");
     RunResult r = run_glint("train --config " + d + "/run.toml --output " + d + "/out");
     EXPECT_EQ(r.exit_code, 2) << line << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << line << "\n" << r.output;
@@ -150,7 +150,7 @@ TEST(ConfigFile, FileErrorsAreUsageErrors) {
       {"config = \"other.toml\"\n", "run.toml: a config file cannot name another config file"},
   };
   for (const auto& [text, expect] : cases) {
-    write(d + "/run.toml", text);
+    write_file(d + "/run.toml", text);
     RunResult r = run_glint("train --config " + d + "/run.toml --output " + d + "/out");
     EXPECT_EQ(r.exit_code, 2) << text << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << text << "\n" << r.output;

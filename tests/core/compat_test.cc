@@ -2,6 +2,7 @@
 // both gradients, experts without tokens included), attention with grouped kv heads and
 // a mask, and the CPU thread settings.
 #include "core/compat.h"
+#include "core/error.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -148,6 +150,55 @@ TEST(CpuThreads, SetsATenAndTheBlasPool) {
     EXPECT_EQ(get(), 1) << "OpenBLAS keeps its own thread count";
   compat::set_cpu_threads(before);
   EXPECT_EQ(at::get_num_threads(), before);
+}
+
+// The fused kernels follow the GPU's capability as well as the libtorch: an A100 (8.0)
+// must take the per-expert loop where at::_grouped_mm would throw (2.8) or run its slow
+// internal loop (2.9+), and a Turing card (7.5) eager attention instead of flash.
+TEST(Compat, FusedKernelsFollowTheCapability) {
+  using C = compat::CudaCapability;
+  EXPECT_FALSE(compat::flash_attention_runs_on(C{7, 5}));
+  EXPECT_TRUE(compat::flash_attention_runs_on(C{8, 0}));
+  EXPECT_TRUE(compat::flash_attention_runs_on(C{9, 0}));
+  EXPECT_FALSE(compat::flash_attention_runs_on(C{}));  // not a GPU
+
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{9, 0}, 2, 7));  // before the op existed
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{9, 0}, 1, 13));
+  EXPECT_TRUE(compat::grouped_mm_runs_on(C{9, 0}, 2, 8));
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{8, 0}, 2, 8));
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{10, 0}, 2, 8));  // 2.8: 9.x only
+  EXPECT_TRUE(compat::grouped_mm_runs_on(C{9, 0}, 2, 11));
+  EXPECT_TRUE(compat::grouped_mm_runs_on(C{10, 0}, 2, 11));
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{8, 0}, 2, 11));
+  EXPECT_FALSE(compat::grouped_mm_runs_on(C{12, 0}, 2, 14));
+  EXPECT_TRUE(compat::grouped_mm_runs_on(C{9, 0}, 3, 0));
+}
+
+TEST(Compat, CapabilityOfADeviceAndItsStandIn) {
+  const c10::Device cpu(c10::kCPU), gpu(c10::kCUDA, 0);
+  ::unsetenv("GLINT_CUDA_CAPABILITY");
+  EXPECT_EQ(compat::cuda_capability(cpu).major, 0);
+  ::setenv("GLINT_CUDA_CAPABILITY", "8.6", 1);
+  EXPECT_EQ(compat::cuda_capability(cpu).major, 0);  // a CPU has none, stand-in or not
+  const compat::CudaCapability c = compat::cuda_capability(gpu);
+  EXPECT_EQ(c.major, 8);
+  EXPECT_EQ(c.minor, 6);
+  for (const char* bad : {"eight", "8.x", "0.0", "-9"}) {
+    ::setenv("GLINT_CUDA_CAPABILITY", bad, 1);
+    try {
+      compat::cuda_capability(gpu);
+      ADD_FAILURE() << bad << " was taken for a capability";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("GLINT_CUDA_CAPABILITY"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("GLINT_CUDA_CAPABILITY");
+  // CPU tensors never take a fused kernel, whatever the stand-in says.
+  ::setenv("GLINT_CUDA_CAPABILITY", "9.0", 1);
+  auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+  EXPECT_FALSE(compat::grouped_mm_available(at::zeros({8, 16}, bf16), at::zeros({2, 16, 16}, bf16)));
+  EXPECT_FALSE(compat::varlen_attention_available(at::zeros({8, 2, 64}, bf16)));
+  ::unsetenv("GLINT_CUDA_CAPABILITY");
 }
 
 TEST(Compat, NamesTheLibtorchVersion) {

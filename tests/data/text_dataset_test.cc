@@ -17,6 +17,9 @@
 namespace glint {
 namespace {
 
+using glint::testing::error_message;
+using glint::testing::run_command;
+
 using Json = nlohmann::ordered_json;
 
 const std::string kTokenizerJson = std::string(GLINT_TEST_DATA_DIR) + "/tokenizer_fixture/tokenizer.json";
@@ -106,15 +109,13 @@ std::string write_lines(const std::string& dir, const std::vector<std::string>& 
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) { return testing::error_message(f); }
-
 // `bad` as the second of three lines: an error naming data.jsonl:2 and `expect`; with
 // --max-bad-lines 1 the line is skipped and counted, and the other two are read.
 void expect_bad_second_line(const std::string& dir, const TextTokenizer& t, const std::string& good,
                             const std::string& bad, const std::string& expect) {
   std::string path = write_lines(dir, {good, bad, good});
   TextDataOptions o;
-  std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
+  std::string e = error_message([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, o, nullptr); });
   EXPECT_NE(e.find("data.jsonl:2: "), std::string::npos) << bad << " -> " << e;
   EXPECT_NE(e.find(expect), std::string::npos) << bad << " -> " << e;
   o.max_bad_lines = 1;
@@ -166,7 +167,7 @@ TEST(TextData, LongSamplesAreCutToSeqLenAndCounted) {
   EXPECT_EQ(st.truncated, 2);
   EXPECT_EQ(st.dropped, 1);
   // A chat line without a chat template is an error naming the line.
-  std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
+  std::string e = error_message([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
   EXPECT_NE(e.find("data.jsonl:2: a chat line needs the model's chat template"), std::string::npos) << e;
 }
 
@@ -186,12 +187,10 @@ TEST(TextData, TokenizerWithoutOrWithABrokenChatTemplate) {
   EXPECT_EQ(samples[0].input_ids.back(), t.eos_id);
 
   std::ofstream(dir + "/tokenizer_config.json") << Json{{"chat_template", "{% if %}x{% endif %}"}}.dump();
-  std::string e = error_of([&] { TextTokenizer::load(dir); });
+  std::string e = error_message([&] { TextTokenizer::load(dir); });
   EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
   EXPECT_EQ(e.find("needs the model's chat template"), std::string::npos) << e;
 }
-
-std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
 
 // A Hub-style model directory (config.json, weights, tokenizer.json, tokenizer_config.json)
 // and a chat JSONL: `glint train` tokenizes, trains and saves; `glint data preview` marks.
@@ -202,7 +201,7 @@ TEST(TextData, TrainOnAChatFileEndToEnd) {
               {"num_key_value_heads", 2}, {"head_dim", 8}, {"num_experts", 4}, {"num_experts_per_tok", 2}};
   std::ofstream(dir + "/model-config.json") << cfg.dump();
   int code;
-  std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/model-config.json --output " +
+  std::string out = run_command(std::string(GLINT_BINARY) + " init-model --config " + dir + "/model-config.json --output " +
                             dir + "/model",
                         &code);
   ASSERT_EQ(code, 0) << out;
@@ -212,13 +211,13 @@ TEST(TextData, TrainOnAChatFileEndToEnd) {
   for (int i = 0; i < 8; ++i)
     lines.push_back(R"({"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"world cat"}]})");
   std::string data = write_lines(dir, lines);
-  out = run(std::string(GLINT_BINARY) + " train --model " + dir + "/model --data " + data +
+  out = run_command(std::string(GLINT_BINARY) + " train --model " + dir + "/model --data " + data +
                 " --steps 3 --batch-size 4 --lr 1e-2 --output " + dir + "/out",
             &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("8 samples from 8 lines"), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::exists(dir + "/out/adapter/adapter_model.safetensors"));
-  out = run(std::string(GLINT_BINARY) + " data preview --model " + dir + "/model --data " + data, &code);
+  out = run_command(std::string(GLINT_BINARY) + " data preview --model " + dir + "/model --data " + data, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("<|im_start|>assistant\n⟦world cat<|im_end|>⟧"), std::string::npos) << out;
 }
@@ -390,7 +389,7 @@ TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
   for (const char* line : {R"({"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"x"}]})",
                            R"({"instruction":"hi","output":"x"})"}) {
     std::string path = write_lines(dir, {line});
-    std::string e = error_of([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
+    std::string e = error_message([&] { read_text_jsonl(path, t.tokenizer, nullptr, t.eos_id, {}, nullptr); });
     EXPECT_NE(e.find("data.jsonl:1: "), std::string::npos) << e;
     EXPECT_NE(e.find("needs the model's chat template"), std::string::npos) << e;
   }

@@ -22,6 +22,9 @@
 namespace glint {
 namespace {
 
+using glint::testing::error_message;
+using glint::testing::run_command_stdout;
+
 using Ids = std::vector<int32_t>;
 
 const std::string kFixture = std::string(GLINT_TEST_DATA_DIR) + "/tokenizer_fixture";
@@ -31,16 +34,6 @@ nlohmann::json fixture_json() { return read_json_file(kFixture + "/tokenizer.jso
 const Tokenizer& fixture() {
   static const Tokenizer tok = Tokenizer::load(kFixture);
   return tok;
-}
-
-// The message of the glint::Error that `f` throws ("" when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void expect_contains(const std::string& err, const std::string& what) {
@@ -149,14 +142,14 @@ TEST(Tokenizer, Decode) {
   EXPECT_EQ(fixture().decode({0xF0, 0x9F, 'a'}), "\xEF\xBF\xBD" "a");
   EXPECT_EQ(fixture().decode({0x80, 0x80}), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(fixture().decode({0xC3, 0xA9}), "\xC3\xA9");  // byte tokens rejoin
-  std::string err = error_of([] { fixture().decode({259, 999}); });
+  std::string err = error_message([] { fixture().decode({259, 999}); });
   EXPECT_NE(err.find("ids[1] = 999"), std::string::npos) << err;
   EXPECT_EQ(fixture().token_bytes(265), "\xC3\xA9");
   EXPECT_EQ(fixture().token_bytes(0xC3), "\xC3");  // half a character
   EXPECT_EQ(fixture().token_bytes(32), " ");
   EXPECT_EQ(fixture().token_bytes(269), "<|im_start|>");
-  expect_contains(error_of([] { fixture().token_bytes(9999); }), "token id 9999");
-  err = error_of([] { fixture().decode({-1}); });
+  expect_contains(error_message([] { fixture().token_bytes(9999); }), "token id 9999");
+  err = error_message([] { fixture().decode({-1}); });
   EXPECT_NE(err.find("-1"), std::string::npos) << err;
 }
 
@@ -206,7 +199,7 @@ TEST(TokenizerRegex, KnowsCharactersNewerThanPcre2Tables) {
   // Escapes, \Q..\E and POSIX classes pass through.
   EXPECT_EQ(matches("\\Q\\p{L}\\E", "\\p{L}"), (M{{0, 5}}));
   EXPECT_EQ(matches("[[:alpha:]\\]]+", "ab]"), (M{{0, 3}}));
-  std::string err = error_of([] { TokenizerRegex("(\\p{L}", false, "where"); });
+  std::string err = error_message([] { TokenizerRegex("(\\p{L}", false, "where"); });
   EXPECT_NE(err.find("where: invalid regex (\\p{L} at offset 6"), std::string::npos) << err;
 }
 
@@ -218,7 +211,7 @@ TEST(Tokenizer, InvalidUtf8NamesTheByteOffset) {
   for (const Case& c : {Case{"ab\xFF", 2}, Case{"\xC3", 0}, Case{"ok\xE0\x80\x80", 2},
                         Case{"\xED\xA0\x80", 0}, Case{"hello \xF4\x90\x80\x80", 6},
                         Case{"\x80", 0}, Case{"12345678\xC3(", 8}}) {
-    std::string err = error_of([&] { fixture().encode(c.text); });
+    std::string err = error_message([&] { fixture().encode(c.text); });
     EXPECT_NE(err.find("not valid UTF-8"), std::string::npos) << err;
     EXPECT_NE(err.find("byte offset " + std::to_string(c.offset)), std::string::npos) << err;
   }
@@ -291,7 +284,7 @@ std::string load_error(const std::string& name, const std::string& text) {
   std::string dir = glint::testing::fresh_temp_dir("tokenizer_" + name);
   std::string path = dir + "/tokenizer.json";
   std::ofstream(path) << text;
-  std::string err = error_of([&] { Tokenizer::load(dir); });
+  std::string err = error_message([&] { Tokenizer::load(dir); });
   EXPECT_NE(err.find(path), std::string::npos) << "error does not name the file: " << err;
   return err;
 }
@@ -347,39 +340,29 @@ TEST(Tokenizer, MalformedFilesNameFileAndKey) {
                   "ByteLevel");
   expect_contains(load_error("added", [](nlohmann::json& j) { j["added_tokens"][0].erase("content"); }),
                   "added_tokens[0].content");
-  std::string missing = error_of([] { Tokenizer::load("/nonexistent/glint/dir"); });
+  std::string missing = error_message([] { Tokenizer::load("/nonexistent/glint/dir"); });
   expect_contains(missing, "/nonexistent/glint/dir");
   expect_contains(missing, "no such file");
 }
 
 // ---- glint tokenize ----
 
-std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  *rc = ::pclose(p);
-  return out;
-}
-
 TEST(TokenizerCli, EncodesAndDecodesLines) {
   std::string dir = glint::testing::fresh_temp_dir("tokenizer_cli");
   std::ofstream(dir + "/in.jsonl") << "\"hello world\"\n\"<|im_start|>aaa\"\n\"\"\n";
   int rc = 0;
-  std::string ids = run(std::string(GLINT_BINARY) + " tokenize --tokenizer " + kFixture + " < " + dir +
+  std::string ids = run_command_stdout(std::string(GLINT_BINARY) + " tokenize --tokenizer " + kFixture + " < " + dir +
                             "/in.jsonl",
                         &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(ids, "[259,264]\n[269,266,97]\n[]\n");
   std::ofstream(dir + "/ids.jsonl") << ids;
-  std::string text = run(std::string(GLINT_BINARY) + " tokenize --decode --tokenizer " + kFixture +
+  std::string text = run_command_stdout(std::string(GLINT_BINARY) + " tokenize --decode --tokenizer " + kFixture +
                              " < " + dir + "/ids.jsonl",
                          &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(text, "\"hello world\"\n\"<|im_start|>aaa\"\n\"\"\n");
-  text = run(std::string(GLINT_BINARY) + " tokenize --decode --skip-special-tokens --tokenizer " +
+  text = run_command_stdout(std::string(GLINT_BINARY) + " tokenize --decode --skip-special-tokens --tokenizer " +
                  kFixture + " < " + dir + "/ids.jsonl",
              &rc);
   EXPECT_EQ(text, "\"hello world\"\n\"aaa\"\n\"\"\n");
@@ -389,13 +372,13 @@ TEST(TokenizerCli, BadLineIsAnErrorNamingTheLine) {
   std::string dir = glint::testing::fresh_temp_dir("tokenizer_cli_bad");
   std::ofstream(dir + "/in.jsonl") << "\"ok\"\nnot json\n";
   int rc = 0;
-  std::string out = run(std::string(GLINT_BINARY) + " tokenize --tokenizer " + kFixture + " < " + dir +
+  std::string out = run_command_stdout(std::string(GLINT_BINARY) + " tokenize --tokenizer " + kFixture + " < " + dir +
                             "/in.jsonl 2>&1",
                         &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("stdin line 2"), std::string::npos) << out;
   std::ofstream(dir + "/ids.jsonl") << "[259, 12345]\n";
-  out = run(std::string(GLINT_BINARY) + " tokenize --decode --tokenizer " + kFixture + " < " + dir +
+  out = run_command_stdout(std::string(GLINT_BINARY) + " tokenize --decode --tokenizer " + kFixture + " < " + dir +
                 "/ids.jsonl 2>&1",
             &rc);
   EXPECT_NE(rc, 0);
@@ -405,7 +388,7 @@ TEST(TokenizerCli, BadLineIsAnErrorNamingTheLine) {
 
 TEST(TokenizerCli, BenchPrintsOneJsonObject) {
   int rc = 0;
-  std::string out = run(std::string(GLINT_BINARY) + " bench tokenize --passes 1 --tokenizer " + kFixture, &rc);
+  std::string out = run_command_stdout(std::string(GLINT_BINARY) + " bench tokenize --passes 1 --tokenizer " + kFixture, &rc);
   EXPECT_EQ(rc, 0);
   nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["bench"], "tokenize");

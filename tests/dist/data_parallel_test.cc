@@ -12,10 +12,11 @@
 
 #include "io/safetensors.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace {
 
-std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
+using glint::testing::run_command;
 
 std::vector<nlohmann::json> read_metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
@@ -38,9 +39,10 @@ void make_routing_uneven(const std::string& file, const std::string& router) {
   glint::write_safetensors(file, tensors);
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(1e-12, std::max(std::abs(a), std::abs(b))); }
+// Relative differences of metrics: values below 1e-12 count as that size.
+double metric_rel(double a, double b) { return glint::testing::rel(a, b, 1e-12); }
 
-struct Variant {
+struct DataParallelVariant {
   bool full;
   std::vector<std::pair<int, std::string>> runs;  // ranks and parallel flags of each multi-rank run
   std::string name;
@@ -50,10 +52,10 @@ struct Variant {
   double tol = 1e-9, grad_tol = 1e-9;
   double weight_tol = -1;  // the trained weights; -1: tol
   std::string model_type = "qwen3_moe";
-  friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+  friend void PrintTo(const DataParallelVariant& v, std::ostream* os) { *os << v.name; }
 };
 
-class DataParallel : public ::testing::TestWithParam<Variant> {};
+class DataParallel : public ::testing::TestWithParam<DataParallelVariant> {};
 
 TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   const bool full = GetParam().full;
@@ -117,7 +119,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   const std::string router = v3 || v4 ? "model.layers.1.mlp.gate.weight" : "model.layers.0.mlp.gate.weight";
   std::ofstream(dir + "/config.json") << cfg.dump();
   int code;
-  std::string out = run(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
+  std::string out = run_command(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
                             dir + "/model --seed 3",
                         &code);
   ASSERT_EQ(code, 0) << out;
@@ -131,7 +133,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   // small q/k LoRA gradients under q/k norm, noise that hides real differences.
   // No --data: the built-in task's samples (this model's vocabulary holds its 16 ids).
   std::string base_dir = dir + "/w1";
-  out = run(train + base_dir + " --eval-samples 0 --dump-gradients " + base_dir + "/grads", &code);
+  out = run_command(train + base_dir + " --eval-samples 0 --dump-gradients " + base_dir + "/grads", &code);
   ASSERT_EQ(code, 0) << out;
   auto base = read_metrics(base_dir + "/metrics.jsonl");
   ASSERT_EQ(base.size(), 3u);
@@ -149,7 +151,7 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
     std::string run_dir = dir + "/run" + std::to_string(index++);
     SCOPED_TRACE("W=" + std::to_string(w) + " " + flags);
     // A short distributed timeout turns a collective mismatch into a failure, not a hang.
-    out = run("GLINT_DIST_TIMEOUT_SECONDS=60 " + std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " + train + run_dir + " " +
+    out = run_command("GLINT_DIST_TIMEOUT_SECONDS=60 " + std::string(GLINT_BINARY) + " launch -n " + std::to_string(w) + " -- " + train + run_dir + " " +
                   flags + " --eval-samples 0 --dump-gradients " + run_dir + "/grads",
               &code);
     ASSERT_EQ(code, 0) << out;
@@ -161,8 +163,8 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
       if (exact) EXPECT_EQ(m[s]["idle_experts"], base[s]["idle_experts"]) << "step " << s;
       for (const char* k : {"loss", "aux_loss", "grad_norm"}) {
         if (!base[s].contains(k)) continue;  // no load-balancing loss (DeepSeek-V3)
-        worst_metric = std::max(worst_metric, rel(m[s][k].get<double>(), base[s][k].get<double>()));
-        EXPECT_LT(rel(m[s][k].get<double>(), base[s][k].get<double>()), tol)
+        worst_metric = std::max(worst_metric, metric_rel(m[s][k].get<double>(), base[s][k].get<double>()));
+        EXPECT_LT(metric_rel(m[s][k].get<double>(), base[s][k].get<double>()), tol)
             << k << " step " << s << ": " << m[s][k] << " vs " << base[s][k];
       }
     }
@@ -239,31 +241,31 @@ const std::vector<std::pair<int, std::string>> kEpReplicated = {{2, "--ep 2"}, {
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, DataParallel,
-    ::testing::Values(Variant{false, on_2_and_4(""), "Lora"}, Variant{true, on_2_and_4(""), "Full"},
-                      Variant{false, on_2_and_4("--fsdp"), "LoraFsdp"},
-                      Variant{true, on_2_and_4("--fsdp"), "FullFsdp"},
-                      Variant{false, on_2_and_4("--activation-checkpointing"), "LoraCheckpointing"},
-                      Variant{true, on_2_and_4("--fsdp --activation-checkpointing --fsdp-overlap on"),
+    ::testing::Values(DataParallelVariant{false, on_2_and_4(""), "Lora"}, DataParallelVariant{true, on_2_and_4(""), "Full"},
+                      DataParallelVariant{false, on_2_and_4("--fsdp"), "LoraFsdp"},
+                      DataParallelVariant{true, on_2_and_4("--fsdp"), "FullFsdp"},
+                      DataParallelVariant{false, on_2_and_4("--activation-checkpointing"), "LoraCheckpointing"},
+                      DataParallelVariant{true, on_2_and_4("--fsdp --activation-checkpointing --fsdp-overlap on"),
                               "FullFsdpCheckpointing"},
-                      Variant{false, kEpMeshes, "LoraEpFsdp"}, Variant{true, kEpMeshes, "FullEpFsdp"},
-                      Variant{false, kEpReplicated, "LoraEp"}, Variant{true, kEpReplicated, "FullEp"},
+                      DataParallelVariant{false, kEpMeshes, "LoraEpFsdp"}, DataParallelVariant{true, kEpMeshes, "FullEpFsdp"},
+                      DataParallelVariant{false, kEpReplicated, "LoraEp"}, DataParallelVariant{true, kEpReplicated, "FullEp"},
                       // EP x FSDP on 4 ranks in float32 and in bf16. bf16's bars, relative:
                       // losses and norms 1e-2, each step's gradients as a set 5e-2, the
                       // trained weights as a set 3e-2 (measured: 1.5e-3, 3.2e-2, 1.3e-2).
-                      Variant{false, kEp2Fsdp4, "LoraEpFsdpFloat32", "float32", 1e-5, 1e-4},
-                      Variant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
-                      Variant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
-                      Variant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
+                      DataParallelVariant{false, kEp2Fsdp4, "LoraEpFsdpFloat32", "float32", 1e-5, 1e-4},
+                      DataParallelVariant{true, kEp2Fsdp4, "FullEpFsdpFloat32", "float32", 1e-5, 1e-4},
+                      DataParallelVariant{false, kEp2Fsdp4, "LoraEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
+                      DataParallelVariant{true, kEp2Fsdp4, "FullEpFsdpBf16", "bfloat16", 1e-2, 5e-2, 3e-2},
                       // DeepSeek-V3, Qwen3.5-MoE, DeepSeek-V4 and Qwen3-Next under EP x FSDP (and
                       // replicated EP with recompute).
-                      Variant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
-                      Variant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
-                      Variant{false, kEpV3, "Qwen3_5LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
-                      Variant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
-                      Variant{false, kEpV3, "DeepseekV4LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
-                      Variant{true, kEpV3, "DeepseekV4FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
-                      Variant{false, kEpV3, "Qwen3NextLoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"},
-                      Variant{true, kEpV3, "Qwen3NextFullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"}),
+                      DataParallelVariant{false, kEpV3, "DeepseekV3LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
+                      DataParallelVariant{true, kEpV3, "DeepseekV3FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v3"},
+                      DataParallelVariant{false, kEpV3, "Qwen3_5LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
+                      DataParallelVariant{true, kEpV3, "Qwen3_5FullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_5_moe_text"},
+                      DataParallelVariant{false, kEpV3, "DeepseekV4LoraEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
+                      DataParallelVariant{true, kEpV3, "DeepseekV4FullEpFsdp", "float64", 1e-9, 1e-9, -1, "deepseek_v4"},
+                      DataParallelVariant{false, kEpV3, "Qwen3NextLoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"},
+                      DataParallelVariant{true, kEpV3, "Qwen3NextFullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -16,31 +16,17 @@
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-  double seconds;
-};
+using glint::testing::run;
+using glint::testing::RunResult;
 
-RunResult run(const std::string& cmd) {
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out, s};
-}
-
-std::string launch(int n, const std::string& args) {
+// `glint launch -n N -- ARGS`, as a command line.
+std::string launch_command(int n, const std::string& args) {
   return std::string(GLINT_BINARY) + " launch -n " + std::to_string(n) + " -- " + args;
 }
 
 TEST(DistComm, CollectivesMatchHandDerivedValues) {
   for (int w : {2, 3, 4}) {
-    RunResult r = run(launch(w, std::string(GLINT_DIST_WORKER) + " comm"));
+    RunResult r = run(launch_command(w, std::string(GLINT_DIST_WORKER) + " comm"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     for (int i = 0; i < w; ++i)
       EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] comm ok on rank " + std::to_string(i)),
@@ -50,7 +36,7 @@ TEST(DistComm, CollectivesMatchHandDerivedValues) {
 }
 
 TEST(DistComm, DeviceMeshAxesAreConsecutiveAndStridedGroups) {
-  RunResult r = run(launch(4, std::string(GLINT_DIST_WORKER) + " mesh"));
+  RunResult r = run(launch_command(4, std::string(GLINT_DIST_WORKER) + " mesh"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int i = 0; i < 4; ++i)
     EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] mesh ok"), std::string::npos) << r.output;
@@ -58,28 +44,28 @@ TEST(DistComm, DeviceMeshAxesAreConsecutiveAndStridedGroups) {
 
 // Hand-derived permutation of a small expert-parallel dispatch (see the worker's case).
 TEST(DistComm, ExpertParallelDispatchMatchesHandDerivedIndices) {
-  RunResult r = run(launch(2, std::string(GLINT_DIST_WORKER) + " dispatch"));
+  RunResult r = run(launch_command(2, std::string(GLINT_DIST_WORKER) + " dispatch"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int i = 0; i < 2; ++i)
     EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] dispatch ok"), std::string::npos) << r.output;
 }
 
 TEST(DistLaunch, FailingRankStopsTheJobAndIsNamed) {
-  RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(3, std::string(GLINT_DIST_WORKER) + " die"));
+  RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch_command(3, std::string(GLINT_DIST_WORKER) + " die"));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 exited with status 7"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 
 TEST(DistLaunch, KilledRankIsNamedWithItsSignal) {
-  RunResult r = run(launch(3, "bash -c 'if [ $RANK = 2 ]; then kill -9 $$; fi; sleep 60'"));
+  RunResult r = run(launch_command(3, "bash -c 'if [ $RANK = 2 ]; then kill -9 $$; fi; sleep 60'"));
   EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
   EXPECT_NE(r.output.find("rank 2 was killed by signal 9"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30);
 }
 
 TEST(DistLaunch, EnvironmentAndPrefixedOutput) {
-  RunResult r = run(launch(2, "bash -c 'echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR'"));
+  RunResult r = run(launch_command(2, "bash -c 'echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR'"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] 0/2/0/2/127.0.0.1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 1] 1/2/1/2/127.0.0.1"), std::string::npos) << r.output;
@@ -150,7 +136,7 @@ TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
   };
   std::string script = "if [ $RANK = 1 ]; then " + train + " & pid=$!; " + once_training(out) +
                        "kill -9 $pid; wait $pid; exit $?; else exec " + train + "; fi";
-  RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch(2, "bash -c '" + script + "'"));
+  RunResult r = run("GLINT_DIST_TIMEOUT_SECONDS=20 " + launch_command(2, "bash -c '" + script + "'"));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("glint launch: rank 1 exited with status 137"), std::string::npos) << r.output;
   // Bounded: rank 0's collective fails on the closed connection, it watches the

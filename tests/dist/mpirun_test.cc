@@ -14,23 +14,23 @@
 
 namespace {
 
-std::string run(const std::string& cmd, int* code) { return glint::testing::run_command(cmd, code); }
+using glint::testing::run_command;
 
 std::vector<nlohmann::json> metrics(const std::string& path) { return glint::testing::read_jsonl(path); }
 
 TEST(Mpirun, TrainUnderMpirunMatchesOneProcess) {
   int code;
-  std::string which = run("command -v mpirun", &code);
+  std::string which = run_command("command -v mpirun", &code);
   ASSERT_EQ(code, 0) << "mpirun is not installed (scripts/build.sh installs openmpi-bin)";
   std::string dir = glint::testing::fresh_temp_dir("mpirun");
   std::string train = std::string(GLINT_BINARY) +
                       " train --steps 3 --batch-size 8 --micro-batch-size 2 --eval-samples 0 --seed 4 --output ";
-  std::string out = run(train + dir + "/w1", &code);
+  std::string out = run_command(train + dir + "/w1", &code);
   ASSERT_EQ(code, 0) << out;
   std::string mpirun = "mpirun -n 2 --oversubscribe";
   if (geteuid() == 0) mpirun += " --allow-run-as-root";
   int port = glint::free_tcp_port();
-  out = run("GLINT_DIST_TIMEOUT_SECONDS=60 " + mpirun + " -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
+  out = run_command("GLINT_DIST_TIMEOUT_SECONDS=60 " + mpirun + " -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
                 std::to_string(port) + " " + train + dir + "/w2 --fsdp",
             &code);
   ASSERT_EQ(code, 0) << out;

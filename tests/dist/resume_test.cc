@@ -67,18 +67,18 @@ struct Mesh {
   std::string flags;
 };
 
-struct Variant {
+struct ResumeVariant {
   std::string name;
   std::string training;  // "--full", "--lora-r 4" or tenant specs
   Mesh before, after;    // the mesh stopped at step 3, the mesh that resumes
   double tol;            // relative; 0: bit for bit
-  friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+  friend void PrintTo(const ResumeVariant& v, std::ostream* os) { *os << v.name; }
 };
 
-class Resume : public ::testing::TestWithParam<Variant> {};
+class Resume : public ::testing::TestWithParam<ResumeVariant> {};
 
 TEST_P(Resume, StoppedAndResumedEqualsUninterrupted) {
-  const Variant& v = GetParam();
+  const ResumeVariant& v = GetParam();
   std::string dir = glint::testing::fresh_temp_dir("resume_" + v.name);
   std::string model = make_model(dir);
   std::string training = v.training;
@@ -151,18 +151,18 @@ const std::string kTenants =
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, Resume,
-    ::testing::Values(Variant{"One", "--lora-r 4", {1, ""}, {1, ""}, 0},
-                      Variant{"Ddp", "--lora-r 4", {2, ""}, {2, ""}, 0},
-                      Variant{"FsdpFull", "--full", {2, "--fsdp"}, {2, ""}, 0},
-                      Variant{"Ep", "--lora-r 4", {2, "--ep 2"}, {2, ""}, 0},
-                      Variant{"EpFsdpLora", "--lora-r 4", {4, "--ep 2 --fsdp"}, {4, ""}, 0},
-                      Variant{"EpFsdpFull", "--full", {4, "--ep 2 --fsdp"}, {4, ""}, 0},
-                      Variant{"Tenants", kTenants, {2, "--ep 2"}, {2, ""}, 0},
+    ::testing::Values(ResumeVariant{"One", "--lora-r 4", {1, ""}, {1, ""}, 0},
+                      ResumeVariant{"Ddp", "--lora-r 4", {2, ""}, {2, ""}, 0},
+                      ResumeVariant{"FsdpFull", "--full", {2, "--fsdp"}, {2, ""}, 0},
+                      ResumeVariant{"Ep", "--lora-r 4", {2, "--ep 2"}, {2, ""}, 0},
+                      ResumeVariant{"EpFsdpLora", "--lora-r 4", {4, "--ep 2 --fsdp"}, {4, ""}, 0},
+                      ResumeVariant{"EpFsdpFull", "--full", {4, "--ep 2 --fsdp"}, {4, ""}, 0},
+                      ResumeVariant{"Tenants", kTenants, {2, "--ep 2"}, {2, ""}, 0},
                       // Another mesh: the state is resharded from the manifest; a mesh
                       // changes the order of additions only (float64 rounding).
-                      Variant{"ReshardFullEp2FsdpToEp4", "--full", {2, "--ep 2 --fsdp"}, {4, "--ep 4"}, 1e-9},
-                      Variant{"ReshardLoraEpFsdpToOne", "--lora-r 4", {4, "--ep 2 --fsdp"}, {1, "--ep 1 --no-fsdp"}, 1e-9},
-                      Variant{"ReshardTenantsToFour", kTenants, {2, ""}, {4, "--ep 2 --fsdp"}, 1e-9}));
+                      ResumeVariant{"ReshardFullEp2FsdpToEp4", "--full", {2, "--ep 2 --fsdp"}, {4, "--ep 4"}, 1e-9},
+                      ResumeVariant{"ReshardLoraEpFsdpToOne", "--lora-r 4", {4, "--ep 2 --fsdp"}, {1, "--ep 1 --no-fsdp"}, 1e-9},
+                      ResumeVariant{"ReshardTenantsToFour", kTenants, {2, ""}, {4, "--ep 2 --fsdp"}, 1e-9}));
 
 // A short LoRA run stopped at step 2 of 4, for the fault tests.
 struct Stopped {
@@ -293,6 +293,23 @@ TEST(ResumeFaults, SigtermSavesAndExitsZeroAndResumeContinues) {
   EXPECT_TRUE(fs::exists(run + "/adapter/adapter_model.safetensors"));
 }
 
+// Whether signal `sig` left `pid`'s pending sets (thread and process: SigPnd, ShdPnd in
+// /proc/PID/status) within `seconds`: its handler has run.
+bool wait_until_delivered(pid_t pid, int sig, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const uint64_t bit = uint64_t(1) << (sig - 1);
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    uint64_t pending = 0;
+    while (std::getline(status, line))
+      if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) pending |= std::stoull(line.substr(7), nullptr, 16);
+    if (!(pending & bit)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 TEST(ResumeFaults, SecondSignalExitsAtOnce) {
   std::string dir = glint::testing::fresh_temp_dir("resume_second_signal");
   std::string model = make_model(dir, 64, 512);  // steps long enough for both signals to land in one
@@ -303,9 +320,10 @@ TEST(ResumeFaults, SecondSignalExitsAtOnce) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (lines_in(run + "/metrics.jsonl") < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  // Apart, so that they are two deliveries, not one pending signal.
+  // Two deliveries, not one pending signal: the second is sent once the first has left the
+  // process's pending set (a loaded machine may not run the process for milliseconds).
   ::kill(pid, SIGINT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  EXPECT_TRUE(wait_until_delivered(pid, SIGINT, 30)) << "the first SIGINT stayed pending for 30 s";
   ::kill(pid, SIGINT);
   int code = wait_for(pid, 60);
   EXPECT_EQ(code, 128 + SIGINT) << glint::read_file(dir + "/log");

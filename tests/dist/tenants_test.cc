@@ -32,7 +32,7 @@ void write_data(const std::string& path, uint32_t seed) {
   }
 }
 
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
+double norm_rel_err(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).norm().item<double>() / std::max(1e-12, a.norm().item<double>());
 }
 
@@ -40,7 +40,7 @@ void expect_same_tensors(const std::string& want_file, const std::string& got_fi
   SafetensorsFile want(want_file), got(got_file);
   ASSERT_EQ(got.keys(), want.keys()) << got_file;
   ASSERT_FALSE(want.keys().empty());
-  for (const auto& k : want.keys()) EXPECT_LT(rel_err(want.read(k), got.read(k)), 1e-5) << got_file << " " << k;
+  for (const auto& k : want.keys()) EXPECT_LT(norm_rel_err(want.read(k), got.read(k)), 1e-5) << got_file << " " << k;
 }
 
 struct TenantRun {

@@ -91,9 +91,9 @@ inline pid_t start(const std::string& cmd, const std::string& log) {
   return pid;
 }
 
-// |a - b| relative to the larger magnitude.
-inline double rel(double a, double b) {
-  return std::abs(a - b) / std::max(1e-300, std::max(std::abs(a), std::abs(b)));
+// |a - b| relative to the larger magnitude (or to `floor`, when both are below it).
+inline double rel(double a, double b, double floor = 1e-300) {
+  return std::abs(a - b) / std::max(floor, std::max(std::abs(a), std::abs(b)));
 }
 
 }  // namespace glint::testing

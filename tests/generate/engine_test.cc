@@ -16,11 +16,13 @@
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
 #include "model/family.h"
+#include "model_util.h"
 
 namespace glint {
 namespace {
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
+using glint::testing::kF64;
+
 constexpr int64_t kVocab = 64;
 
 class GenerateFamily : public ::testing::TestWithParam<const ModelFamily*> {};

@@ -18,13 +18,15 @@
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF32;
+
 namespace fs = std::filesystem;
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 
 // The built-in task's base model, as the trainer makes it for seed `seed`.
 CausalLM digits_model(uint64_t seed = 0) {

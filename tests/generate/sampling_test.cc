@@ -12,16 +12,18 @@
 #include "generate/sampling.h"
 #include "model/causal_lm.h"
 #include "model/family.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-constexpr int64_t kVocab = 64;
+using glint::testing::kF64;
+
+constexpr int64_t kSamplingVocab = 64;
 
 CausalLM tiny_model() {
-  CausalLM m(family_for("qwen3_moe", "test").tiny(kVocab), kF64);
+  CausalLM m(family_for("qwen3_moe", "test").tiny(kSamplingVocab), kF64);
   init_weights(*m, 9);
   return m;
 }
@@ -158,7 +160,7 @@ TEST(GenerateSampling, SamplerFollowsTheTemperatureDistribution) {
 TEST(GenerateSampling, BadRequestsNameTheRequestAndField) {
   CausalLM m = tiny_model();
   testing::expect_error_naming([&] { generate(*m, {request({1}, 0, 0), request({}, 0, 0)}); }, "request 1");
-  testing::expect_error_naming([&] { generate(*m, {request({1, kVocab}, 0, 0)}); }, "outside the model's vocabulary");
+  testing::expect_error_naming([&] { generate(*m, {request({1, kSamplingVocab}, 0, 0)}); }, "outside the model's vocabulary");
   GenerationRequest r = request({1}, 0.5, 0);
   r.sampling.top_p = 0;
   testing::expect_error_naming([&] { generate(*m, {r}); }, "top_p");

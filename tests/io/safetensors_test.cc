@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/fs.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -20,9 +21,11 @@
 namespace glint {
 namespace {
 
+using glint::read_file;
+
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
+std::string safetensors_dir(const std::string& name) {
   return glint::testing::fresh_temp_dir("io_st_" + name);
 }
 
@@ -44,12 +47,6 @@ std::string bytes_of(std::initializer_list<T> v) {
 }
 std::string floats(std::initializer_list<float> v) { return bytes_of<float>(v); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Opening `path` throws glint::Error whose message names the path and `word`.
 void expect_open_error(const std::string& path, const std::string& word) {
@@ -64,7 +61,7 @@ void expect_open_error(const std::string& path, const std::string& word) {
 }
 
 TEST(Safetensors, ReadsAHandWrittenFile) {
-  std::string d = temp_dir("hand");
+  std::string d = safetensors_dir("hand");
   std::string p = d + "/x.safetensors";
   // Entries out of offset order, an I64, a BF16 written as raw bits (0x3F80 = 1.0,
   // 0xC040 = -3.0), a scalar, and the header padded with spaces like the official writer.
@@ -99,7 +96,7 @@ TEST(Safetensors, ReadsAHandWrittenFile) {
 }
 
 TEST(Safetensors, RoundTripsEveryDtypeBitExactly) {
-  std::string d = temp_dir("roundtrip");
+  std::string d = safetensors_dir("roundtrip");
   std::string p = d + "/t.safetensors";
   at::manual_seed(0);
   std::vector<std::pair<std::string, at::Tensor>> ts = {
@@ -138,7 +135,7 @@ TEST(Safetensors, RoundTripsEveryDtypeBitExactly) {
 }
 
 TEST(Safetensors, WrittenFileParsedByHand) {
-  std::string d = temp_dir("byhand");
+  std::string d = safetensors_dir("byhand");
   std::string p = d + "/t.safetensors";
   std::vector<std::pair<std::string, at::Tensor>> ts = {
       {"z", at::arange(5, at::kFloat)},  // 20 bytes: the next offset is not 8-aligned
@@ -147,7 +144,7 @@ TEST(Safetensors, WrittenFileParsedByHand) {
       {"bf", at::tensor({1.0f, -2.0f}).to(at::kBFloat16)},
   };
   write_safetensors(p, ts);
-  std::string file = slurp(p);
+  std::string file = read_file(p);
   ASSERT_GE(file.size(), 8u);
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
@@ -186,7 +183,7 @@ TEST(Safetensors, WrittenFileParsedByHand) {
 }
 
 TEST(Safetensors, ReadRowsEqualsNarrow) {
-  std::string d = temp_dir("rows");
+  std::string d = safetensors_dir("rows");
   std::string p = d + "/r.safetensors";
   at::manual_seed(1);
   at::Tensor w = at::randn({6, 3, 2});
@@ -227,7 +224,7 @@ struct BadCase {
 };
 
 TEST(Safetensors, BadFilesNameThePathAndProblem) {
-  std::string d = temp_dir("bad");
+  std::string d = safetensors_dir("bad");
   std::string p = d + "/bad.safetensors";
 
   std::ofstream(p, std::ios::binary) << "abc";
@@ -313,7 +310,7 @@ TEST(Safetensors, DtypeNames) {
 // libtorch 1.13 has no float8: F8_E4M3 and F8_E8M0 read as raw bytes, told from U8 by
 // TensorInfo::stored_dtype; io/quantized.h decodes them.
 TEST(Safetensors, Float8DtypesReadAsRawCodes) {
-  std::string d = temp_dir("f8");
+  std::string d = safetensors_dir("f8");
   std::string p = d + "/f8.safetensors";
   write_raw(p,
             R"({"w":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,4]},)"
@@ -347,10 +344,10 @@ TEST(Safetensors, Float8DtypesReadAsRawCodes) {
 }
 
 TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
-  std::string d = temp_dir("atomic");
+  std::string d = safetensors_dir("atomic");
   std::string p = d + "/w.safetensors";
   write_safetensors(p, {{"a", at::ones({2})}});
-  const std::string before = slurp(p);
+  const std::string before = read_file(p);
   auto expect_write_error = [&](const std::vector<std::pair<std::string, at::Tensor>>& ts,
                                 const std::string& word) {
     try {
@@ -361,7 +358,7 @@ TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
       EXPECT_NE(msg.find(p), std::string::npos) << msg;
       EXPECT_NE(msg.find(word), std::string::npos) << msg;
     }
-    EXPECT_EQ(slurp(p), before);
+    EXPECT_EQ(read_file(p), before);
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename());
     EXPECT_EQ(names, std::vector<std::string>{"w.safetensors"});
@@ -379,7 +376,7 @@ TEST(Safetensors, FailedWriteLeavesOldFileAndNoTemp) {
 // A file written in place, cut short or replaced while it is open is caught at the next
 // read (and by check_unchanged), naming the file and what happened.
 TEST(Safetensors, FileChangedOnDiskWhileOpenIsAnError) {
-  const std::string d = temp_dir("changed");
+  const std::string d = safetensors_dir("changed");
   const std::string p = d + "/w.safetensors";
   const at::Tensor a = at::arange(4, at::kFloat), b = at::ones({2});
   // The kernel's file times tick every few milliseconds: each change below lands in a

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/fs.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -15,14 +16,10 @@
 namespace glint {
 namespace {
 
+using glint::read_file;
+
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int temp_files(const std::string& dir) {
   int n = 0;
@@ -56,7 +53,7 @@ TEST(StreamingWriter, PiecesGiveTheSameFileAsWholeTensors) {
   }
   EXPECT_FALSE(fs::exists(d + "/pieces.safetensors"));  // not before finish
   w.finish();
-  EXPECT_EQ(slurp(d + "/pieces.safetensors"), slurp(d + "/whole.safetensors"));
+  EXPECT_EQ(read_file(d + "/pieces.safetensors"), read_file(d + "/whole.safetensors"));
   EXPECT_EQ(temp_files(d), 0);
 }
 
@@ -102,7 +99,7 @@ TEST(StreamingWriter, CheckpointShardsMatchWriteCheckpoint) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(d + "/whole")) names.push_back(e.path().filename().string());
   ASSERT_EQ(names.size(), 3u);  // two shards and the index
-  for (const auto& n : names) EXPECT_EQ(slurp(d + "/pieces/" + n), slurp(d + "/whole/" + n)) << n;
+  for (const auto& n : names) EXPECT_EQ(read_file(d + "/pieces/" + n), read_file(d + "/whole/" + n)) << n;
 }
 
 }  // namespace

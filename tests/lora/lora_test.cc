@@ -21,20 +21,20 @@
 #include "model/qwen3/attention.h"
 #include "model/reference.h"
 #include "lora_test_util.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF64;
+using glint::testing::kF32;
+
 using namespace glint::testing;
 
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-
-ModelConfig config() { return lora_test_config(); }
 
 ModelConfig dense_config() {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   c.model_type = "qwen3";
   c.num_experts = 0;
   c.num_experts_per_tok = 0;
@@ -52,7 +52,7 @@ void randomize_adapters(LoraModel& lora, double scale = 0.5) {
 
 TEST(Peft, ExpertSitesInStateDictAndFileMatchIndexLoopsAndPeftDelta) {
   at::manual_seed(31);
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF64);
   init_weights(*m, 3);
   LoraOptions o;
@@ -133,7 +133,7 @@ TEST(Peft, ExpertSitesInStateDictAndFileMatchIndexLoopsAndPeftDelta) {
 
 TEST(Peft, SingleExpertTargetsUseTheModulePathAndRoundTrip) {
   at::manual_seed(32);
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32);
   init_weights(*m, 4);
   LoraOptions o;
@@ -189,7 +189,7 @@ TEST(Peft, SingleExpertTargetsUseTheModulePathAndRoundTrip) {
 // names) follows the experts module's registration order whatever the listed order.
 TEST(Peft, ExpertTargetsListedInReverseOrderLoadTheSameKeys) {
   at::manual_seed(34);
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32), fresh(c, kF32);
   init_weights(*m, 6);
   init_weights(*fresh, 6);
@@ -208,7 +208,7 @@ TEST(Peft, ExpertTargetsListedInReverseOrderLoadTheSameKeys) {
 }
 
 TEST(Lora, ApplyFreezesBaseInitializesLikePeftAndDetachRestores) {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32), twin(c, kF32), other(c, kF32);
   for (auto* x : {&m, &twin, &other}) init_weights(**x, 1);
   at::Tensor before = logits_of(*m);
@@ -254,7 +254,7 @@ TEST(Lora, UnmatchedOrUnknownTargetsAreErrors) {
   LoraOptions o;
   LoraOptions::parse_targets("q_proj,experts.down_proj", "--lora-targets", &o);
   expect_error_naming([&] { apply_lora(*dense, o, 1); }, "down_proj");
-  ModelConfig all_moe = config();
+  ModelConfig all_moe = lora_test_config();
   all_moe.mlp_only_layers.clear();
   CausalLM moe(all_moe, kF32);
   LoraOptions g;

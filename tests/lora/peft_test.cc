@@ -15,18 +15,20 @@
 #include "model/family.h"
 
 #include "lora_test_util.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::lora_test_config;
+
+using glint::testing::kF32;
+
 namespace fs = std::filesystem;
 
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
+std::string peft_dir(const std::string& name) { return glint::testing::fresh_temp_dir("peft_" + name); }
 
-std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("peft_" + name); }
-
-ModelConfig config() { return glint::testing::lora_test_config(); }
 
 LoraModel randomized_lora(CausalLMImpl& m, LoraOptions o) {
   LoraModel lora = apply_lora(m, o, 5);
@@ -63,7 +65,7 @@ TEST(Peft, ExpertLayoutMatchesIndexLoopsAndPeftDelta) {
 }
 
 TEST(Peft, KeyNamesAndShapes) {
-  CausalLM m(config(), kF32);
+  CausalLM m(lora_test_config(), kF32);
   init_weights(*m, 1);
   LoraOptions o;
   o.r = 2;
@@ -82,7 +84,7 @@ TEST(Peft, KeyNamesAndShapes) {
   EXPECT_EQ(keys.at("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight"), (std::vector<int64_t>{2, 10}));
   EXPECT_EQ(keys.size(), 2u * (4 + 2 + 4 + 3));
   // Only down_proj targeted: it sits at the module path itself.
-  CausalLM m2(config(), kF32);
+  CausalLM m2(lora_test_config(), kF32);
   LoraOptions only;
   LoraOptions::parse_targets("experts.down_proj", "test", &only);
   only.r = 2;
@@ -94,7 +96,7 @@ TEST(Peft, KeyNamesAndShapes) {
 }
 
 TEST(Peft, SaveLoadRoundTripIsExact) {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32);
   init_weights(*m, 2);
   LoraOptions o;
@@ -102,7 +104,7 @@ TEST(Peft, SaveLoadRoundTripIsExact) {
   o.alpha = 7;
   o.use_rslora = true;
   LoraModel lora = randomized_lora(*m, o);
-  std::string d = temp_dir("roundtrip");
+  std::string d = peft_dir("roundtrip");
   save_adapter(d, lora, "some/base-model");
   auto cfg = nlohmann::json::parse(std::ifstream(d + "/adapter_config.json"));
   EXPECT_EQ(cfg["peft_type"], "LORA");
@@ -139,7 +141,7 @@ TEST(Peft, RouterBiasesBesideTheAdapterAreLoaded) {
     at::NoGradGuard ng;
     for (auto& [name, b] : biases) b.copy_(at::randn(b.sizes()));
   }
-  std::string d = temp_dir("router_biases");
+  std::string d = peft_dir("router_biases");
   save_adapter(d, lora, "base");
   write_safetensors(d + "/" + kRouterBiasesFile, biases);
 
@@ -164,13 +166,13 @@ TEST(Peft, RouterBiasesBesideTheAdapterAreLoaded) {
 // Under expert parallelism a rank holds experts [first, first + n); loading the (whole)
 // adapter gives it exactly those experts' A and B.
 TEST(Peft, LoadingOntoAnExpertSliceTakesItsExperts) {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32);
   init_weights(*m, 2);
   LoraOptions o;
   o.r = 2;
   LoraModel lora = randomized_lora(*m, o);
-  std::string d = temp_dir("slice");
+  std::string d = peft_dir("slice");
   save_adapter(d, lora, "base");
   CausalLM part(c, kF32);
   init_weights(*part, 2);
@@ -197,12 +199,12 @@ TEST(Peft, LoadingOntoAnExpertSliceTakesItsExperts) {
 }
 
 TEST(Peft, BadAdaptersAreErrors) {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32);
   LoraOptions o;
   o.r = 2;
   LoraModel lora = randomized_lora(*m, o);
-  std::string d = temp_dir("bad");
+  std::string d = peft_dir("bad");
   save_adapter(d, lora, "base");
   std::string st = d + "/adapter_model.safetensors";
   auto expect = [&](const std::string& word) {
@@ -238,9 +240,9 @@ namespace glint {
 namespace {
 
 TEST(Peft, LoadingOntoAModelWithAdaptersIsAnError) {
-  CausalLM m(config(), kF32);
+  CausalLM m(lora_test_config(), kF32);
   LoraModel first = apply_lora(*m, LoraOptions{}, 1);
-  std::string d = temp_dir("twice");
+  std::string d = peft_dir("twice");
   save_adapter(d, first, "base");
   EXPECT_TRUE(has_adapters(*m));
   EXPECT_THROW(load_adapter(d, *m), Error);
@@ -253,12 +255,12 @@ TEST(Peft, LoadingOntoAModelWithAdaptersIsAnError) {
 // the adapters had been attached, so the model kept them (and its parameters stayed
 // frozen); the next load_adapter then failed with "already has adapters".
 TEST(Peft, ARefusedAdapterLeavesTheModelAsItWas) {
-  ModelConfig c = config();
+  ModelConfig c = lora_test_config();
   CausalLM m(c, kF32);
   LoraOptions o;
   o.r = 2;
   LoraModel lora = randomized_lora(*m, o);
-  std::string d = temp_dir("refused");
+  std::string d = peft_dir("refused");
   save_adapter(d, lora, "base");
   auto sd = peft_state_dict(lora);
   at::Tensor good = sd.back().second;

@@ -8,12 +8,13 @@
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
 #include "model/family.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
+using glint::testing::kF32;
 
 // 4 sequences of 5 tokens (ids < 21).
 at::Tensor batch_ids() {
@@ -121,7 +122,6 @@ TEST(Tenants, EvenRunsOfSlotsEqualEachTenantAlone) {
   check_mixed({0, 0, 1, 1}, "q_proj,v_proj,experts.down_proj");
   check_mixed({1, 1, 0, 0}, "all");
 }
-
 
 // Every family's adaptable modules (latent and grouped attention, DeltaNet, compressors,
 // shared experts) route each row to its tenant's adapter.

@@ -22,16 +22,17 @@
 #include "model/causal_lm.h"
 #include "model/family.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF64;
+using glint::testing::kF32;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
 
 at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids) {
   at::NoGradGuard ng;

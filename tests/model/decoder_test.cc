@@ -18,17 +18,18 @@
 #include "model/layers.h"
 #include "model/qwen3/attention.h"
 #include "reference.h"
+#include "model_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF64;
+using glint::testing::kF32;
+
 using namespace glint::testing;
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
-
 // Layer 0 is MoE (E=4, K=2), layer 1 dense.
-ModelConfig config() {
+ModelConfig decoder_config() {
   ModelConfig c;
   c.vocab_size = 17;
   c.hidden_size = 8;
@@ -119,7 +120,7 @@ TEST(Model, ForwardMatchesNaiveDecoder) {
     for (bool bias : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "tied=" << tied << " attention_bias=" << bias);
       at::manual_seed(21);
-      ModelConfig c = config();
+      ModelConfig c = decoder_config();
       c.tie_word_embeddings = tied;
       c.attention_bias = bias;
       CausalLM m(c, kF64);
@@ -136,7 +137,7 @@ TEST(Model, ForwardMatchesNaiveDecoder) {
 
 TEST(Model, Float32ForwardMatchesNaiveDecoder) {
   at::manual_seed(22);
-  CausalLM m(config(), kF32);
+  CausalLM m(decoder_config(), kF32);
   randomize(*m);
   at::NoGradGuard ng;
   at::Tensor logits = m->logits(m->forward(row(kIds), row(kPos), row(kSeg)).hidden)[0];
@@ -147,7 +148,7 @@ TEST(Model, Float32ForwardMatchesNaiveDecoder) {
 
 TEST(Model, LossGradientsMatchFiniteDifferences) {
   at::manual_seed(23);
-  ModelConfig c = config();
+  ModelConfig c = decoder_config();
   c.attention_bias = true;
   CausalLM m(c, kF64);
   randomize(*m);
@@ -168,7 +169,7 @@ TEST(Model, LossGradientsMatchFiniteDifferences) {
 
 TEST(Model, TokenCrossEntropyAndLossPartsMatchNaiveFormulas) {
   at::manual_seed(24);
-  ModelConfig c = config();
+  ModelConfig c = decoder_config();
   c.output_router_logits = true;
   CausalLM m(c, kF64);
   randomize(*m);
@@ -230,7 +231,7 @@ TEST(Model, TokenCrossEntropyAndLossPartsMatchNaiveFormulas) {
 
 TEST(Model, PackedRowEqualsSeparateRowsInFloat32) {
   at::manual_seed(25);
-  ModelConfig c = config();
+  ModelConfig c = decoder_config();
   CausalLM m(c, kF32);
   randomize(*m, 0.3);
   std::vector<int64_t> a = {2, 4, 6, 8, 10}, b = {1, 3, 5};
@@ -256,7 +257,7 @@ TEST(Model, PackedRowEqualsSeparateRowsInFloat32) {
 
 TEST(Attention, MultiQueryFloat32WithBiasMatchesReferenceAndIgnoresPadding) {
   at::manual_seed(26);
-  ModelConfig c = config();
+  ModelConfig c = decoder_config();
   c.num_attention_heads = 4;
   c.num_key_value_heads = 1;  // every query head reads kv head 0
   c.attention_bias = true;
@@ -401,7 +402,7 @@ TEST(Attention, RotaryTablesMatchTheirFormulas) {
 }
 
 TEST(Model, InitWeightsIsDeterministicAndFollowsTransformers) {
-  ModelConfig c = config();
+  ModelConfig c = decoder_config();
   c.attention_bias = true;
   CausalLM a(c, kF32), b(c, kF32), other(c, kF32);
   init_weights(*a, 7);

@@ -18,18 +18,20 @@
 #include "model/reference.h"
 #include "model/reference_deepseek_v3.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF64;
+
 using testing::RawTensor;
 using testing::write_raw_safetensors;
 
 using nlohmann::json;
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
 
-json tiny_json() {
+json v3_json() {
   return {{"model_type", "deepseek_v3"}, {"vocab_size", 40},       {"hidden_size", 32},
           {"intermediate_size", 40},      {"moe_intermediate_size", 12},
           {"num_hidden_layers", 3},       {"num_attention_heads", 3},
@@ -102,7 +104,7 @@ TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
   int seed = 10;
   for (const auto& v : variants) {
     SCOPED_TRACE(v.name);
-    json j = tiny_json();
+    json j = v3_json();
     v.edit(j);
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
     randomize(*m, ++seed);
@@ -117,7 +119,7 @@ TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
 }
 
 TEST(DeepseekV3, RouterChoosesWithinTheKeptGroupsLikeTheReference) {
-  json j = tiny_json();
+  json j = v3_json();
   ModelConfig c = ModelConfig::from_json(j, "test config");
   MoeBlock moe(c, kF64);
   at::manual_seed(3);
@@ -145,7 +147,7 @@ TEST(DeepseekV3, RouterChoosesWithinTheKeptGroupsLikeTheReference) {
 }
 
 TEST(DeepseekV3, GradientsOfAttentionRouterAndSharedExpertsMatchFiniteDifferences) {
-  json j = tiny_json();
+  json j = v3_json();
   j["rope_scaling"] = yarn();
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
   randomize(*m, 5);
@@ -183,7 +185,7 @@ struct Fp8Pair {
 };
 
 Fp8Pair write_fp8_pair(const std::string& root, const std::function<void(std::vector<RawTensor>&)>& corrupt = {}) {
-  json j = tiny_json();
+  json j = v3_json();
   j["hidden_size"] = 136;
   j["moe_intermediate_size"] = 130;
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
@@ -272,7 +274,7 @@ TEST(DeepseekV3, Fp8CheckpointWithABadOrMissingScaleIsAClearError) {
 
 TEST(DeepseekV3, ConfigErrorsNameTheField) {
   auto bad = [](const std::function<void(json&)>& edit, const std::string& needle) {
-    json j = tiny_json();
+    json j = v3_json();
     edit(j);
     testing::expect_error_naming([&] { ModelConfig::from_json(j, "cfg.json"); }, needle);
   };
@@ -293,7 +295,7 @@ namespace glint {
 namespace {
 
 TEST(DeepseekV3, AuxLossFreeBalancingMovesBiasesTowardBalancedLoad) {
-  CausalLM m(ModelConfig::from_json(tiny_json(), "test config"), kF64);
+  CausalLM m(ModelConfig::from_json(v3_json(), "test config"), kF64);
   // Two MoE layers (1 and 2), 8 experts: mean load 4 in each.
   at::Tensor load = at::tensor({0, 4, 8, 4, 1, 7, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}, at::kLong).view({2, 8});
   update_router_biases(*m, load, 0.01);

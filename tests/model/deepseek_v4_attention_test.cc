@@ -14,14 +14,18 @@
 
 #include "model/deepseek_v4/attention.h"
 #include "model/reference_deepseek_v4.h"
+#include "model_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::max_rel_err;
+
+using glint::testing::kF64;
+
 using nlohmann::json;
 namespace ref = glint::testing::dsv4_ref;
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
 const char* kSliding = "sliding_attention";
 const char* kCsa = "compressed_sparse_attention";
 const char* kHca = "heavily_compressed_attention";
@@ -87,7 +91,7 @@ ref::Config reference_config(const ModelConfig& c) {
 
 // Linear weights ~ 1/sqrt(in) (gates twice that), norm weights around 1, sinks and
 // position biases ~ 1.
-void randomize(torch::nn::Module& m, uint64_t seed) {
+void randomize_module(torch::nn::Module& m, uint64_t seed) {
   at::NoGradGuard ng;
   at::manual_seed(seed);
   for (auto& item : m.named_parameters()) {
@@ -167,9 +171,6 @@ LayerContext context(const ModelConfig& c, const at::Tensor& seg) {
 at::Tensor one_sequence(int64_t B, int64_t S) { return at::zeros({B, S}, at::kLong); }
 
 // max |a - b| / max |b|.
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
-}
 
 std::vector<ref::Vec> rows_of(const at::Tensor& x) {  // [S,H] -> [S][H]
   at::Tensor c = x.contiguous();
@@ -230,7 +231,7 @@ TEST(DeepseekV4Attention, MatchesTheReferenceForEveryLayerKind) {
     for (int64_t layer = 0; layer < 3; ++layer) {
       if (topk == 64 && layer != 1) continue;
       DeepseekV4Attention m(c, layer, kF64);
-      randomize(*m, 100 + layer);
+      randomize_module(*m, 100 + layer);
       std::map<std::string, at::Tensor> w;
       ref::LayerW L = reference_layer(*m, rc, w);
       for (int64_t block : {7, 128}) {
@@ -239,7 +240,7 @@ TEST(DeepseekV4Attention, MatchesTheReferenceForEveryLayerKind) {
         ASSERT_EQ(y.sizes(), x.sizes());
         double err = 0;
         for (int64_t b = 0; b < B; ++b)
-          err = std::max(err, rel_err(y[b], tensor_of(ref::attention(rc, L, rows_of(x[b])))));
+          err = std::max(err, max_rel_err(y[b], tensor_of(ref::attention(rc, L, rows_of(x[b])))));
         std::cout << "[ measured ] " << m->kind << " topk " << topk << " block " << block << ": max rel err " << err
                   << "\n";
         EXPECT_LT(err, 1e-12) << m->kind << " topk " << topk << " block " << block;
@@ -256,18 +257,18 @@ TEST(DeepseekV4Attention, TheIndexerSelectionAndTheEntriesMatter) {
   ModelConfig sparse = tiny_config(2), dense = tiny_config(64);
   LayerContext ctx = context(sparse, one_sequence(1, S));
   DeepseekV4Attention a(sparse, 1, kF64), b(dense, 1, kF64);
-  randomize(*a, 17);
-  randomize(*b, 17);
-  EXPECT_GT(rel_err(a->forward(x, ctx), b->forward(x, ctx)), 1e-3);
+  randomize_module(*a, 17);
+  randomize_module(*b, 17);
+  EXPECT_GT(max_rel_err(a->forward(x, ctx), b->forward(x, ctx)), 1e-3);
   // Entries of HCA: zero their values' weights and the output moves.
   DeepseekV4Attention h(sparse, 2, kF64);
-  randomize(*h, 18);
+  randomize_module(*h, 18);
   at::Tensor with = h->forward(x, ctx);
   {
     at::NoGradGuard ng;
     h->compressor->kv_proj->weight.zero_();
   }
-  EXPECT_GT(rel_err(h->forward(x, ctx), with), 1e-3);
+  EXPECT_GT(max_rel_err(h->forward(x, ctx), with), 1e-3);
 }
 
 TEST(DeepseekV4Attention, PackedSequencesEqualTheSameSequencesAlone) {
@@ -287,14 +288,14 @@ TEST(DeepseekV4Attention, PackedSequencesEqualTheSameSequencesAlone) {
   std::vector<Piece> pieces = {{0, 0, La}, {0, La, Lb}, {1, 0, 10}, {1, 10, 30}};
   for (int64_t layer = 0; layer < 3; ++layer) {
     DeepseekV4Attention m(c, layer, kF64);
-    randomize(*m, 200 + layer);
+    randomize_module(*m, 200 + layer);
     m->query_block = 8;
     at::Tensor y = m->forward(x, packed);
     double err = 0;
     for (const Piece& p : pieces) {
       at::Tensor xs = x[p.row].narrow(0, p.start, p.length).unsqueeze(0);
       at::Tensor alone = m->forward(xs, context(c, one_sequence(1, p.length)))[0];
-      err = std::max(err, rel_err(y[p.row].narrow(0, p.start, p.length), alone));
+      err = std::max(err, max_rel_err(y[p.row].narrow(0, p.start, p.length), alone));
     }
     std::cout << "[ measured ] " << m->kind << " packed vs alone: max rel err " << err << "\n";
     EXPECT_LT(err, 1e-13) << m->kind;
@@ -316,7 +317,7 @@ TEST(DeepseekV4Attention, GradientsMatchFiniteDifferences) {
   at::Tensor probe = at::randn({1, S, c.hidden_size}, at::kDouble);
   for (int64_t layer = 0; layer < 3; ++layer) {
     DeepseekV4Attention m(c, layer, kF64);
-    randomize(*m, 300 + layer);
+    randomize_module(*m, 300 + layer);
     m->query_block = 8;
     auto loss = [&] { return (m->forward(x, ctx) * probe).sum(); };
     for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
@@ -374,8 +375,8 @@ TEST(DeepseekV4Attention, AdapterOnTheGroupedOutputEqualsTheMergedWeight) {
   at::Tensor x = at::randn({2, S, c.hidden_size}, at::kDouble);
   for (int64_t layer = 0; layer < 3; ++layer) {
     DeepseekV4Attention adapted(c, layer, kF64), merged(c, layer, kF64);
-    randomize(*adapted, 400 + layer);
-    randomize(*merged, 400 + layer);
+    randomize_module(*adapted, 400 + layer);
+    randomize_module(*merged, 400 + layer);
     const at::Tensor& W = adapted->o_a_proj->weight;
     at::Tensor A = at::randn({3, W.size(1)}, at::kDouble), B = at::randn({W.size(0), 3}, at::kDouble);
     adapted->o_a_proj->adapter = std::make_shared<LowRank>(A, B);
@@ -383,7 +384,7 @@ TEST(DeepseekV4Attention, AdapterOnTheGroupedOutputEqualsTheMergedWeight) {
       at::NoGradGuard ng;
       merged->o_a_proj->weight.add_(at::matmul(B, A));
     }
-    double err = rel_err(adapted->forward(x, ctx), merged->forward(x, ctx));
+    double err = max_rel_err(adapted->forward(x, ctx), merged->forward(x, ctx));
     std::cout << "[ measured ] " << adapted->kind << " adapter vs merged: max rel err " << err << "\n";
     EXPECT_LT(err, 1e-12) << adapted->kind;
   }
@@ -396,22 +397,22 @@ TEST(DeepseekV4Attention, LowerPrecisionsFollowFloat64) {
   at::Tensor x = at::randn({1, S, c.hidden_size}, at::kDouble);
   for (int64_t layer = 0; layer < 3; ++layer) {
     DeepseekV4Attention m64(c, layer, kF64), m32(c, layer, TensorPlacement{at::kFloat, c10::Device(c10::kCPU)});
-    randomize(*m64, 500 + layer);
-    randomize(*m32, 500 + layer);
+    randomize_module(*m64, 500 + layer);
+    randomize_module(*m32, 500 + layer);
     LayerContext ctx = context(c, one_sequence(1, S));
     at::Tensor y64 = m64->forward(x, ctx);
     for (auto& t : ctx.rope) t = {t.cos.to(at::kFloat), t.sin.to(at::kFloat)};
     at::Tensor y32 = m32->forward(x.to(at::kFloat), ctx);
     EXPECT_EQ(y32.scalar_type(), at::kFloat);
-    double err = rel_err(y32.to(at::kDouble), y64);
+    double err = max_rel_err(y32.to(at::kDouble), y64);
     std::cout << "[ measured ] " << m64->kind << " float32 vs float64: max rel err " << err << "\n";
     EXPECT_LT(err, 1e-4) << m64->kind;
     // bfloat16 weights (sinks and position biases too) and activations.
     DeepseekV4Attention m16(c, layer, TensorPlacement{at::kBFloat16, c10::Device(c10::kCPU)});
-    randomize(*m16, 500 + layer);
+    randomize_module(*m16, 500 + layer);
     at::Tensor y16 = m16->forward(x.to(at::kBFloat16), ctx);
     EXPECT_EQ(y16.scalar_type(), at::kBFloat16);
-    double err16 = rel_err(y16.to(at::kDouble), y64);
+    double err16 = max_rel_err(y16.to(at::kDouble), y64);
     std::cout << "[ measured ] " << m64->kind << " bfloat16 vs float64: max rel err " << err16 << "\n";
     EXPECT_LT(err16, 0.1) << m64->kind;
   }

@@ -22,17 +22,23 @@
 #include "model/deepseek_v4/family.h"
 #include "model/reference_deepseek_v4.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
-using nlohmann::json;
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-constexpr int64_t kVocab = 40;
+using glint::testing::max_rel_err;
 
-json tiny_json() {
-  json j = deepseek_v4_family().tiny(kVocab).to_json();
+using glint::testing::kF64;
+using glint::testing::positions;
+using glint::testing::logits_of;
+
+using nlohmann::json;
+constexpr int64_t kV4Vocab = 40;
+
+json v4_json() {
+  json j = deepseek_v4_family().tiny(kV4Vocab).to_json();
   j["index_n_heads"] = 4;  // several index heads: exact ties of ReLU scores become unlikely
   return j;
 }
@@ -44,7 +50,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // Weights of a useful size: matrices ~ 1/sqrt(fan-in), norms around 1, other vectors
 // (sinks, HC bases and scales, correction biases) spread out. The hash tables keep
 // init_weights' draw.
-void randomize(CausalLMImpl& m, uint64_t seed) {
+void randomize_v4(CausalLMImpl& m, uint64_t seed) {
   init_weights(m, seed);
   at::NoGradGuard ng;
   at::manual_seed(seed);
@@ -67,41 +73,32 @@ std::map<std::string, at::Tensor> hf_weights(CausalLMImpl& m) {
   return out;
 }
 
-at::Tensor positions(const at::Tensor& ids) { return at::arange(ids.size(1), at::kLong).repeat({ids.size(0), 1}); }
-
-at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg) {
-  return m.logits(m.forward(ids, pos, seg).hidden);
-}
-
-double rel_err(const at::Tensor& got, const at::Tensor& want) {
-  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
 
 TEST(DeepseekV4, LogitsMatchTheNaiveReference) {
   for (int64_t window : {6, 0}) {
     SCOPED_TRACE("sliding_window " + std::to_string(window));
-    json j = tiny_json();
+    json j = v4_json();
     j["sliding_window"] = window > 0 ? json(window) : json(nullptr);
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    randomize(*m, 1 + window);
+    randomize_v4(*m, 1 + window);
     // 21 tokens: 5 CSA windows of 4 (one token left over), 2 HCA windows of 8, more
     // entries than index_topk (3), and a window of 6 that cuts the sliding keys.
-    at::Tensor ids = at::randint(0, kVocab, {2, 21}, at::kLong);
+    at::Tensor ids = at::randint(0, kV4Vocab, {2, 21}, at::kLong);
     at::NoGradGuard ng;
     at::Tensor got = logits_of(*m, ids, positions(ids), at::zeros_like(ids));
     at::Tensor want = testing::deepseek_v4_reference_logits(j, hf_weights(*m), ids);
-    double err = rel_err(got, want);
+    double err = max_rel_err(got, want);
     EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
   }
 }
 
 TEST(DeepseekV4, PackedSequencesEqualEachSequenceAlone) {
-  CausalLM m(ModelConfig::from_json(tiny_json(), "test config"), kF64);
-  randomize(*m, 3);
+  CausalLM m(ModelConfig::from_json(v4_json(), "test config"), kF64);
+  randomize_v4(*m, 3);
   at::NoGradGuard ng;
   // One row: a sequence of 13 tokens, one of 9, then 2 padding tokens.
   const int64_t a = 13, b = 9, S = 24;
-  at::Tensor ids = at::randint(0, kVocab, {1, S}, at::kLong);
+  at::Tensor ids = at::randint(0, kV4Vocab, {1, S}, at::kLong);
   std::vector<int64_t> seg(S, -1), pos(S, 0);
   for (int64_t t = 0; t < a; ++t) seg[t] = 0, pos[t] = t;
   for (int64_t t = 0; t < b; ++t) seg[a + t] = 1, pos[a + t] = t;
@@ -109,7 +106,7 @@ TEST(DeepseekV4, PackedSequencesEqualEachSequenceAlone) {
   for (auto [start, len] : {std::pair<int64_t, int64_t>{0, a}, {a, b}}) {
     at::Tensor one = ids.narrow(1, start, len);
     at::Tensor alone = logits_of(*m, one, positions(one), at::zeros_like(one));
-    double err = rel_err(packed.narrow(1, start, len), alone);
+    double err = max_rel_err(packed.narrow(1, start, len), alone);
     EXPECT_LT(err, 1e-12) << "sequence at " << start << ": largest relative difference " << err;
   }
   EXPECT_TRUE(at::isfinite(packed).all().item<bool>());
@@ -119,12 +116,12 @@ TEST(DeepseekV4, PackedSequencesEqualEachSequenceAlone) {
 // new in this family: hyper-connection mixing and head, sinks, the compressors' pooling,
 // the sqrt(softplus) router (biased and hash layers), the clamped experts.
 TEST(DeepseekV4, GradientsMatchFiniteDifferences) {
-  json j = tiny_json();
+  json j = v4_json();
   j["swiglu_limit"] = 0.5;  // some gates and ups clamp: the clamp's gradient is exercised
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-  randomize(*m, 5);
-  at::Tensor ids = at::randint(0, kVocab, {1, 17}, at::kLong);
-  at::Tensor probe = at::randn({1, 17, kVocab}, at::kDouble);
+  randomize_v4(*m, 5);
+  at::Tensor ids = at::randint(0, kV4Vocab, {1, 17}, at::kLong);
+  at::Tensor probe = at::randn({1, 17, kV4Vocab}, at::kDouble);
   auto loss = [&]() { return (logits_of(*m, ids, positions(ids), at::zeros_like(ids)) * probe).sum(); };
   loss().backward();
   std::map<std::string, at::Tensor> params;
@@ -244,13 +241,13 @@ std::pair<at::Tensor, at::Tensor> fp4_weight(int64_t R, int64_t C, at::Tensor* v
 // fills *want with the numbers the loader must produce. `corrupt` may edit the tensors.
 json write_release(const std::string& dir, std::map<std::string, at::Tensor>* want,
                    const std::function<void(std::vector<testing::RawTensor>&)>& corrupt = {}) {
-  json j = tiny_json();
+  json j = v4_json();
   j["moe_intermediate_size"] = 32;  // FP4 rows hold a multiple of 32 values
   j["num_hidden_layers"] = 3;
   j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"};
   j["mlp_layer_types"] = {"hash_moe", "moe", "moe"};
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-  randomize(*m, 7);
+  randomize_v4(*m, 7);
   const ModelConfig& c = m->config;
   std::vector<testing::RawTensor> disk;
   *want = hf_weights(*m);
@@ -329,9 +326,9 @@ TEST(DeepseekV4, ReleasedCheckpointWithFp8AndFp4Loads) {
           << site.name << " [" << start << ", +" << count << ")";
     }
   }
-  at::Tensor ids = at::randint(0, kVocab, {1, 19}, at::kLong);
+  at::Tensor ids = at::randint(0, kV4Vocab, {1, 19}, at::kLong);
   at::NoGradGuard ng;
-  double err = rel_err(logits_of(*loaded, ids, positions(ids), at::zeros_like(ids)),
+  double err = max_rel_err(logits_of(*loaded, ids, positions(ids), at::zeros_like(ids)),
                        testing::deepseek_v4_reference_logits(j, want, ids));
   EXPECT_LT(err, 1e-10);
 }
@@ -366,7 +363,7 @@ TEST(DeepseekV4, ReleasedCheckpointWithABadScaleIsAClearError) {
 // The PEFT names of a compressed sparse layer's adapted linears (family_test pins the
 // first layer's): its compressor's and its indexer's, in module order.
 TEST(DeepseekV4, PeftNamesOfACompressedSparseLayer) {
-  CausalLM m(ModelConfig::from_json(tiny_json(), "test config"), kF64);
+  CausalLM m(ModelConfig::from_json(v4_json(), "test config"), kF64);
   LoraOptions o;
   LoraOptions::parse_targets("all", "t", &o);
   LoraModel lora = make_lora(*m, o, 1);
@@ -385,7 +382,7 @@ TEST(DeepseekV4, PeftNamesOfACompressedSparseLayer) {
 }
 
 TEST(DeepseekV4, ConfigSpellingsAgree) {
-  json base = tiny_json();
+  json base = v4_json();
   const ModelConfig a = ModelConfig::from_json(base, "a");
   // The legacy per-layer ratios (only 0, 4 and 128) and num_hash_layers.
   json legacy = base;
@@ -420,23 +417,23 @@ TEST(DeepseekV4, BadConfigsAreNamed) {
   auto expect = [](json j, const std::string& what) {
     testing::expect_error_naming([&] { ModelConfig::from_json(j, "cfg.json"); }, what);
   };
-  json j = tiny_json();
+  json j = v4_json();
   j.erase("layer_types");
   j["compress_ratios"] = {0, 4, 64, 0};
   expect(j, "compress_ratios");
-  j = tiny_json();
+  j = v4_json();
   j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"};
   expect(j, "full_attention");
-  j = tiny_json();
+  j = v4_json();
   j["layer_types"] = {"sliding_attention"};
   expect(j, "layer_types");
-  j = tiny_json();
+  j = v4_json();
   j["o_groups"] = 3;
   expect(j, "o_groups");
-  j = tiny_json();
+  j = v4_json();
   j["scoring_func"] = "softmax";
   expect(j, "scoring_func");
-  j = tiny_json();
+  j = v4_json();
   j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}};
   expect(j, "weight_block_size");
 }

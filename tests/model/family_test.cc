@@ -15,12 +15,13 @@
 #include "model/causal_lm.h"
 #include "model/family.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
+using glint::testing::kF64;
 
 class Family : public ::testing::TestWithParam<const ModelFamily*> {};
 

@@ -10,13 +10,14 @@
 #include "model/layers.h"
 #include "model/moe.h"
 #include "reference.h"
+#include "model_util.h"
 
 namespace glint {
 namespace {
 
-using namespace glint::testing;
+using glint::testing::kF64;
 
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
+using namespace glint::testing;
 
 ModelConfig small_config() {
   ModelConfig c;

@@ -15,15 +15,19 @@
 #include "model/reference.h"
 #include "model/reference_qwen3_5.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
-using nlohmann::json;
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
+using glint::testing::kF64;
+using glint::testing::positions;
+using glint::testing::logits_of;
 
-json tiny_json() {
+using nlohmann::json;
+
+json qwen3_5_json() {
   json j = qwen3_5_family().tiny(48).to_json();
   j["layer_types"] = {"linear_attention", "full_attention", "linear_attention"};
   j["num_hidden_layers"] = 3;
@@ -31,7 +35,7 @@ json tiny_json() {
   return j;
 }
 
-void randomize(CausalLMImpl& m, uint64_t seed) {
+void randomize_qwen3_5(CausalLMImpl& m, uint64_t seed) {
   at::NoGradGuard ng;
   at::manual_seed(seed);
   for (auto& p : m.parameters()) p.copy_(at::randn(p.sizes(), p.options()) * 0.3 + (p.dim() == 1 ? 0.5 : 0.0));
@@ -48,19 +52,13 @@ std::map<std::string, at::Tensor> reference_weights(CausalLMImpl& m) {
   return out;
 }
 
-at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg) {
-  return m.logits(m.forward(ids, pos, seg).hidden);
-}
-
-at::Tensor positions(const at::Tensor& ids) { return at::arange(ids.size(1), at::kLong).repeat({ids.size(0), 1}); }
-
 TEST(Qwen3_5, LogitsMatchTheNaiveReference) {
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    json j = tiny_json();
+    json j = qwen3_5_json();
     j["tie_word_embeddings"] = tied;
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    randomize(*m, tied ? 2 : 1);
+    randomize_qwen3_5(*m, tied ? 2 : 1);
     at::Tensor ids = at::randint(0, 48, {2, 11}, at::kLong);
     at::NoGradGuard ng;
     at::Tensor got = logits_of(*m, ids, positions(ids), at::zeros_like(ids));
@@ -71,9 +69,9 @@ TEST(Qwen3_5, LogitsMatchTheNaiveReference) {
 }
 
 TEST(Qwen3_5, PackedSequencesEqualEachSequenceAlone) {
-  json j = tiny_json();
+  json j = qwen3_5_json();
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-  randomize(*m, 3);
+  randomize_qwen3_5(*m, 3);
   at::NoGradGuard ng;
   // Row 0: sequences of 5 and 4 tokens then 2 padding; row 1: one of 11.
   at::Tensor ids = at::randint(0, 48, {2, 11}, at::kLong);
@@ -92,8 +90,8 @@ TEST(Qwen3_5, PackedSequencesEqualEachSequenceAlone) {
 }
 
 TEST(Qwen3_5, GradientsOfGatedAttentionAndDeltaNetMatchFiniteDifferences) {
-  CausalLM m(ModelConfig::from_json(tiny_json(), "test config"), kF64);
-  randomize(*m, 4);
+  CausalLM m(ModelConfig::from_json(qwen3_5_json(), "test config"), kF64);
+  randomize_qwen3_5(*m, 4);
   at::Tensor ids = at::randint(0, 48, {2, 6}, at::kLong);
   at::Tensor probe = at::randn({2, 6, 48}, at::kDouble);
   auto f = [&] { return (logits_of(*m, ids, positions(ids), at::zeros_like(ids)) * probe).sum(); };
@@ -116,9 +114,9 @@ TEST(Qwen3_5, GradientsOfGatedAttentionAndDeltaNetMatchFiniteDifferences) {
 // "model.language_model.", vision and MTP weights beside them.
 TEST(Qwen3_5, MultimodalReleaseLoadsAsTheTextModel) {
   std::string d = testing::fresh_temp_dir("qwen3_5_release");
-  json text = tiny_json();
+  json text = qwen3_5_json();
   CausalLM m(ModelConfig::from_json(text, "test config"), kF64);
-  randomize(*m, 5);
+  randomize_qwen3_5(*m, 5);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& [k, t] : hub_state_dict(*m))
     tensors.emplace_back(k.rfind("model.", 0) == 0 ? "model.language_model." + k.substr(6) : k, t);
@@ -143,7 +141,7 @@ TEST(Qwen3_5, MultimodalReleaseLoadsAsTheTextModel) {
 
 TEST(Qwen3_5, ConfigErrorsNameTheField) {
   auto bad = [](const std::function<void(json&)>& edit, const std::string& needle) {
-    json j = tiny_json();
+    json j = qwen3_5_json();
     edit(j);
     testing::expect_error_naming([&] { ModelConfig::from_json(j, "cfg.json"); }, needle);
   };

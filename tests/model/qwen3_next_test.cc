@@ -21,19 +21,23 @@
 #include "model/reference.h"
 #include "model/reference_qwen3_5.h"
 #include "model/weights.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF64;
+using glint::testing::positions;
+using glint::testing::logits_of;
+
 using nlohmann::json;
-const TensorPlacement kF64{at::kDouble, c10::Device(c10::kCPU)};
-constexpr int64_t kVocab = 48;
+constexpr int64_t kNextVocab = 48;
 
 // Four layers: DeltaNet, attention, DeltaNet, attention; layer 2 dense (mlp_only_layers),
 // the others MoE. Key heads serve two value heads each, Dk != Dv.
 json test_json() {
-  json j = qwen3_next_family().tiny(kVocab).to_json();
+  json j = qwen3_next_family().tiny(kNextVocab).to_json();
   j["num_hidden_layers"] = 4;
   j["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
   j["mlp_only_layers"] = {2};
@@ -120,12 +124,6 @@ std::map<std::string, at::Tensor> reference_names(const std::vector<std::pair<st
   return out;
 }
 
-at::Tensor positions(const at::Tensor& ids) { return at::arange(ids.size(1), at::kLong).repeat({ids.size(0), 1}); }
-
-at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg) {
-  return m.logits(m.forward(ids, pos, seg).hidden);
-}
-
 // Sum of next-token cross-entropy over every position with a successor: logits [B,S,V].
 double cross_entropy_sum(const at::Tensor& logits, const at::Tensor& ids) {
   const int64_t S = ids.size(1);
@@ -159,7 +157,7 @@ TEST(Qwen3Next, LoadedCheckpointMatchesTheNaiveReference) {
     c.edit(j);
     auto weights = on_disk_weights(j, seed++);
     CausalLM m = from_pretrained(write_release(std::string("qwen3_next_") + c.name, j, weights), kF64);
-    at::Tensor ids = at::randint(0, kVocab, {2, 11}, at::kLong);
+    at::Tensor ids = at::randint(0, kNextVocab, {2, 11}, at::kLong);
     at::NoGradGuard ng;
     at::Tensor got = logits_of(*m, ids, positions(ids), at::zeros_like(ids));
     at::Tensor want = testing::qwen3_next_reference_logits(j, reference_names(weights), ids);
@@ -177,7 +175,7 @@ TEST(Qwen3Next, PackedSequencesEqualEachSequenceAlone) {
   CausalLM m = from_pretrained(write_release("qwen3_next_packed", j, on_disk_weights(j, 7)), kF64);
   at::NoGradGuard ng;
   // Row 0: sequences of 5 and 4 tokens then 2 padding; row 1: one of 11.
-  at::Tensor ids = at::randint(0, kVocab, {2, 11}, at::kLong);
+  at::Tensor ids = at::randint(0, kNextVocab, {2, 11}, at::kLong);
   at::Tensor seg = at::tensor(std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
                               at::kLong).view({2, 11});
   at::Tensor pos = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
@@ -201,8 +199,8 @@ TEST(Qwen3Next, GradientsOfTheFusedProjectionsMatchFiniteDifferences) {
   json j = test_json();
   CausalLM m = from_pretrained(write_release("qwen3_next_grad", j, on_disk_weights(j, 8)), kF64);
   for (auto& p : m->parameters()) p.set_requires_grad(false);
-  at::Tensor ids = at::randint(0, kVocab, {2, 6}, at::kLong);
-  at::Tensor probe = at::randn({2, 6, kVocab}, at::kDouble);
+  at::Tensor ids = at::randint(0, kNextVocab, {2, 6}, at::kLong);
+  at::Tensor probe = at::randn({2, 6, kNextVocab}, at::kDouble);
   auto f = [&] { return (logits_of(*m, ids, positions(ids), at::zeros_like(ids)) * probe).sum(); };
   auto* delta = m->layer(0)->attention<GatedDeltaNetImpl>();
   ASSERT_NE(delta, nullptr);

@@ -21,7 +21,7 @@ using namespace glint::testing;
 using qwen3_5_ref::Weights;
 using json = nlohmann::json;
 
-const auto kF64 = at::TensorOptions().dtype(at::kDouble);
+const auto kF64Options = at::TensorOptions().dtype(at::kDouble);
 
 // Four layers (three DeltaNet, then full attention), r = Hv / Hk = 2, partial RoPE over
 // half of each head, written in the v5 spelling (rope_parameters with M-RoPE sections).
@@ -60,10 +60,10 @@ Weights random_qwen3_5_weights(const json& j) {
   const int64_t Hk = j["linear_num_key_heads"], Hv = j["linear_num_value_heads"];
   const int64_t Dk = j["linear_key_head_dim"], Dv = j["linear_value_head_dim"], W = j["linear_conv_kernel_dim"];
   const int64_t E = j["num_experts"], I = j["moe_intermediate_size"], Is = j["shared_expert_intermediate_size"];
-  auto mat = [](int64_t out, int64_t in) { return at::randn({out, in}, kF64) / std::sqrt(double(in)); };
-  auto small = [](std::vector<int64_t> shape) { return 0.2 * at::randn(shape, kF64); };
+  auto mat = [](int64_t out, int64_t in) { return at::randn({out, in}, kF64Options) / std::sqrt(double(in)); };
+  auto small = [](std::vector<int64_t> shape) { return 0.2 * at::randn(shape, kF64Options); };
   Weights w;
-  w["embed_tokens.weight"] = at::randn({V, H}, kF64);
+  w["embed_tokens.weight"] = at::randn({V, H}, kF64Options);
   w["lm_head.weight"] = mat(V, H);
   w["norm.weight"] = small({H});
   for (int64_t l = 0; l < L; ++l) {
@@ -84,16 +84,16 @@ Weights random_qwen3_5_weights(const json& j) {
       w[a + "in_proj_z.weight"] = mat(Hv * Dv, H);
       w[a + "in_proj_b.weight"] = mat(Hv, H);
       w[a + "in_proj_a.weight"] = mat(Hv, H);
-      w[a + "conv1d.weight"] = 0.5 * at::randn({2 * Hk * Dk + Hv * Dv, 1, W}, kF64);
-      w[a + "A_log"] = at::log(at::rand({Hv}, kF64) * 3 + 0.5);
-      w[a + "dt_bias"] = 0.5 * at::randn({Hv}, kF64);
+      w[a + "conv1d.weight"] = 0.5 * at::randn({2 * Hk * Dk + Hv * Dv, 1, W}, kF64Options);
+      w[a + "A_log"] = at::log(at::rand({Hv}, kF64Options) * 3 + 0.5);
+      w[a + "dt_bias"] = 0.5 * at::randn({Hv}, kF64Options);
       w[a + "norm.weight"] = 1.0 + small({Dv});
       w[a + "out_proj.weight"] = mat(H, Hv * Dv);
     }
     const std::string m = p + "mlp.";
     w[m + "gate.weight"] = mat(E, H);
-    w[m + "experts.gate_up_proj"] = at::randn({E, 2 * I, H}, kF64) / std::sqrt(double(H));
-    w[m + "experts.down_proj"] = at::randn({E, H, I}, kF64) / std::sqrt(double(I));
+    w[m + "experts.gate_up_proj"] = at::randn({E, 2 * I, H}, kF64Options) / std::sqrt(double(H));
+    w[m + "experts.down_proj"] = at::randn({E, H, I}, kF64Options) / std::sqrt(double(I));
     w[m + "shared_expert.gate_proj.weight"] = mat(Is, H);
     w[m + "shared_expert.up_proj.weight"] = mat(Is, H);
     w[m + "shared_expert.down_proj.weight"] = mat(H, Is);
@@ -224,7 +224,7 @@ TEST(Qwen35Reference, ConfigDefaultsFollowTransformers) {
 
 TEST(Qwen35Reference, RopeRotatesTheLeadingDimsByHalves) {
   // D = 8, R = 4, theta = 100, position 1: pairs (0,2) at angle 1, (1,3) at angle 100^-1/2 = 0.1.
-  at::Tensor x = at::arange(1, 9, kF64);
+  at::Tensor x = at::arange(1, 9, kF64Options);
   at::Tensor y = qwen3_5_ref::rope_leading_dims(x, 1, 4, 100.0);
   const double c1 = std::cos(1.0), s1 = std::sin(1.0), c2 = std::cos(0.1), s2 = std::sin(0.1);
   std::vector<double> want = {1 * c1 - 3 * s1, 2 * c2 - 4 * s2, 3 * c1 + 1 * s1, 4 * c2 + 2 * s2, 5, 6, 7, 8};
@@ -234,7 +234,7 @@ TEST(Qwen35Reference, RopeRotatesTheLeadingDimsByHalves) {
 
 TEST(Qwen35Reference, RouterRenormalisesTheTopK) {
   // Softmax of log(1..4) is (.1, .2, .3, .4); the top two are experts 3 and 2.
-  at::Tensor logits = at::log(at::arange(1, 5, kF64));
+  at::Tensor logits = at::log(at::arange(1, 5, kF64Options));
   auto kept = qwen3_5_ref::route(logits, 2, /*renormalise=*/true);
   ASSERT_EQ(kept.size(), 2u);
   EXPECT_EQ(kept[0].first, 3);
@@ -255,7 +255,7 @@ TEST(Qwen35Reference, DeltaNetLayerMatchesHandComputedTwoTokens) {
   Weights w = random_qwen3_5_weights(j);
   const std::string p = "layers.0.linear_attn.";
   const int64_t H = 16, Hk = 2, Hv = 4, Dk = 4, Dv = 3, W = 3, key = Hk * Dk;
-  at::Tensor x = at::randn({2, H}, kF64);
+  at::Tensor x = at::randn({2, H}, kF64Options);
   at::Tensor got = qwen3_5_ref::gated_deltanet(c, w, p, qwen3_5_ref::project_qwen3_5(c, w, p, x));
 
   auto silu = [](double v) { return v / (1 + std::exp(-v)); };
@@ -313,7 +313,7 @@ TEST(Qwen35Reference, DeltaNetLayerMatchesHandComputedTwoTokens) {
     }
   }
   for (int64_t t = 0; t < 2; ++t) {
-    at::Tensor want = at::mv(w[p + "out_proj.weight"], at::tensor(outputs[t], kF64));
+    at::Tensor want = at::mv(w[p + "out_proj.weight"], at::tensor(outputs[t], kF64Options));
     EXPECT_LT(max_diff(got[t], want), 1e-12) << "token " << t;
   }
 }
@@ -327,7 +327,7 @@ TEST(Qwen35Reference, GatedAttentionOfOneTokenIsItsGatedValue) {
   Weights w = random_qwen3_5_weights(j);
   const std::string p = "layers.3.self_attn.";
   const int64_t H = 16, Nh = 4, D = 8;
-  at::Tensor x = at::randn({1, H}, kF64);
+  at::Tensor x = at::randn({1, H}, kF64Options);
   at::Tensor pq = at::mv(w[p + "q_proj.weight"], x[0]), pv = at::mv(w[p + "v_proj.weight"], x[0]);
   std::vector<at::Tensor> heads;
   for (int64_t h = 0; h < Nh; ++h)
@@ -368,7 +368,7 @@ TEST(Qwen35Reference, NamesAMissingOrMisshapenWeight) {
   Weights w = random_qwen3_5_weights(c);
   at::Tensor ids = at::zeros({1, 2}, at::kLong);
   Weights bad = w;
-  bad["layers.1.linear_attn.in_proj_z.weight"] = at::zeros({5, 16}, kF64);
+  bad["layers.1.linear_attn.in_proj_z.weight"] = at::zeros({5, 16}, kF64Options);
   try {
     qwen3_5_moe_reference_logits(c, bad, ids);
     ADD_FAILURE() << "a misshapen weight was accepted";

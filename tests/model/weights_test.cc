@@ -17,18 +17,19 @@
 #include "io/checkpoint.h"
 #include "model/weights.h"
 
+#include "model_util.h"
 #include "test_util.h"
 
 namespace glint {
 namespace {
 
+using glint::testing::kF32;
+
 namespace fs = std::filesystem;
 
-const TensorPlacement kF32{at::kFloat, c10::Device(c10::kCPU)};
+std::string weights_dir(const std::string& name) { return glint::testing::fresh_temp_dir("weights_" + name); }
 
-std::string temp_dir(const std::string& name) { return glint::testing::fresh_temp_dir("weights_" + name); }
-
-ModelConfig config() {
+ModelConfig weights_config() {
   ModelConfig c = tiny_moe_config(23);
   c.hidden_size = 16;
   c.moe_intermediate_size = 6;
@@ -69,17 +70,17 @@ void write_packed_copy(const CheckpointReader& hub, const ModelConfig& c, const 
 }
 
 TEST(Weights, HubAndPackedFormsLoadToIdenticalTensors) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, kF32);
   init_weights(*src, 11);
   // Per-expert Hub form, as save_pretrained writes it.
-  std::string hub = temp_dir("hub");
+  std::string hub = weights_dir("hub");
   save_pretrained(*src, hub);
   CheckpointReader hr(hub);
   EXPECT_TRUE(hr.contains("model.layers.0.mlp.experts.3.up_proj.weight"));
   EXPECT_FALSE(hr.contains("model.layers.0.mlp.experts.gate_up_proj"));
   // Packed form built here by stacking the per-expert tensors read back from disk.
-  std::string pk = temp_dir("packed");
+  std::string pk = weights_dir("packed");
   write_packed_copy(hr, c, pk, /*max_shard_bytes=*/4000);  // sharded, with an index
   EXPECT_TRUE(fs::exists(pk + "/model.safetensors.index.json"));
   CausalLM a(c, kF32), b(c, kF32);
@@ -95,10 +96,10 @@ TEST(Weights, HubAndPackedFormsLoadToIdenticalTensors) {
 // FSDP reads arbitrary flat element ranges of parameters; from either checkpoint form
 // they must equal the same range of the fully loaded parameter.
 TEST(Weights, ParameterRangesMatchTheLoadedTensorsInBothForms) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, kF32);
   init_weights(*src, 12);
-  std::string hub = temp_dir("range_hub"), packed = temp_dir("range_packed");
+  std::string hub = weights_dir("range_hub"), packed = weights_dir("range_packed");
   save_pretrained(*src, hub);
   write_packed_copy(CheckpointReader(hub), c, packed, 1 << 30);
   for (const std::string& dir : {hub, packed}) {
@@ -115,10 +116,10 @@ TEST(Weights, ParameterRangesMatchTheLoadedTensorsInBothForms) {
 }
 
 TEST(Weights, Bf16CheckpointLoadsIntoFloat32) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, TensorPlacement{at::kBFloat16, c10::Device(c10::kCPU)});
   init_weights(*src, 3);
-  std::string d = temp_dir("bf16");
+  std::string d = weights_dir("bf16");
   save_pretrained(*src, d);
   EXPECT_EQ(CheckpointReader(d).info("model.norm.weight").dtype, at::kBFloat16);
   CausalLM dst = from_pretrained(d, kF32);
@@ -126,12 +127,12 @@ TEST(Weights, Bf16CheckpointLoadsIntoFloat32) {
 }
 
 TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, kF32);
   init_weights(*src, 1);
   auto sd = hub_state_dict(*src);
   auto write_and_load = [&](std::vector<std::pair<std::string, at::Tensor>> tensors) {
-    std::string d = temp_dir("bad");
+    std::string d = weights_dir("bad");
     write_checkpoint(d, tensors);
     CausalLM m(c, kF32);
     load_weights(*m, CheckpointReader(d));
@@ -148,12 +149,12 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
   expect_error_naming([&] { write_and_load(extra); }, "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
   // The sharded path (layers read later by range) reports unexpected layer keys too,
   // and accepts every expert's per-expert key.
-  std::string d = temp_dir("bad_sharded");
+  std::string d = weights_dir("bad_sharded");
   write_checkpoint(d, extra);
   CausalLM m(c, kF32);
   expect_error_naming([&] { load_weights(*m, CheckpointReader(d), /*layers=*/false); },
                       "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
-  std::string ok = temp_dir("good_sharded");
+  std::string ok = weights_dir("good_sharded");
   write_checkpoint(ok, sd);
   CausalLM m2(c, kF32);
   EXPECT_NO_THROW(load_weights(*m2, CheckpointReader(ok), /*layers=*/false));
@@ -162,7 +163,7 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
   auto fp8 = sd;
   for (auto& [name, t] : fp8)
     if (name == "model.norm.weight") t = at::full(t.sizes(), 0x38, at::kByte);  // e4m3 1.0
-  std::string q = temp_dir("fp8");
+  std::string q = weights_dir("fp8");
   write_checkpoint(q, fp8);
   const std::string file = q + "/model.safetensors";
   std::ifstream in(file, std::ios::binary);
@@ -185,7 +186,7 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
 }
 
 TEST(Weights, ConfigJsonErrorsNameTheField) {
-  nlohmann::json good = config().to_json();
+  nlohmann::json good = weights_config().to_json();
   EXPECT_NO_THROW(ModelConfig::from_json(good, "config.json"));
   auto bad = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& word) {
     nlohmann::json j = good;
@@ -210,7 +211,7 @@ TEST(Weights, ConfigJsonErrorsNameTheField) {
 }
 
 TEST(Weights, SparseStepAndMlpOnlyLayersChooseDenseLayers) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   c.num_hidden_layers = 4;
   c.decoder_sparse_step = 2;
   c.mlp_only_layers = {3};
@@ -224,7 +225,7 @@ TEST(Weights, SparseStepAndMlpOnlyLayersChooseDenseLayers) {
 }
 
 TEST(Weights, HubKeysAreExactlyTheTransformersNames) {
-  ModelConfig c = config();  // H=16, Nh=2, Nkv=1, D=8, E=4, I=6, V=23, 2 MoE layers
+  ModelConfig c = weights_config();  // H=16, Nh=2, Nkv=1, D=8, E=4, I=6, V=23, 2 MoE layers
   CausalLM m(c, kF32);
   init_weights(*m, 4);
   std::map<std::string, std::vector<int64_t>> want = {
@@ -263,10 +264,10 @@ TEST(Weights, HubKeysAreExactlyTheTransformersNames) {
 }
 
 TEST(Weights, PartialExpertRangeLoadsOnlyItsSliceFromBothForms) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, kF32);
   init_weights(*src, 5);
-  std::string hub = temp_dir("partial_hub"), pk = temp_dir("partial_packed");
+  std::string hub = weights_dir("partial_hub"), pk = weights_dir("partial_packed");
   save_pretrained(*src, hub);
   write_packed_copy(CheckpointReader(hub), c, pk);
   // Experts [first, first + 2) of 4, as an expert-parallel rank holds them.
@@ -299,17 +300,17 @@ TEST(Weights, PartialExpertRangeLoadsOnlyItsSliceFromBothForms) {
 }
 
 TEST(Weights, PackedFormErrorsNameTheKey) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   CausalLM src(c, kF32);
   init_weights(*src, 6);
-  std::string hub = temp_dir("perr_hub");
+  std::string hub = weights_dir("perr_hub");
   save_pretrained(*src, hub);
   CheckpointReader hr(hub);
-  std::string pk = temp_dir("perr_packed");
+  std::string pk = weights_dir("perr_packed");
   write_packed_copy(hr, c, pk);
   CheckpointReader pr(pk);
   auto load = [&](std::vector<std::pair<std::string, at::Tensor>> tensors) {
-    std::string d = temp_dir("perr_bad");
+    std::string d = weights_dir("perr_bad");
     write_checkpoint(d, tensors);
     CausalLM m(c, kF32);
     load_weights(*m, CheckpointReader(d));
@@ -367,7 +368,7 @@ TEST(ModelConfig, DenseQwen3FromJsonBuildsAndRuns) {
 }
 
 TEST(ModelConfig, MoreFieldErrorsNameTheField) {
-  nlohmann::json moe = config().to_json();
+  nlohmann::json moe = weights_config().to_json();
   auto bad = [](nlohmann::json j, const std::function<void(nlohmann::json&)>& edit, const std::string& word) {
     edit(j);
     expect_error_naming([&] { ModelConfig::from_json(j, "cfg/config.json"); }, word);
@@ -385,20 +386,20 @@ TEST(ModelConfig, MoreFieldErrorsNameTheField) {
   bad(dense_json(), [](auto& j) { j.erase("intermediate_size"); }, "intermediate_size");
   bad(dense_json(), [](auto& j) { j["rms_norm_eps"] = "small"; }, "rms_norm_eps");
   expect_error_naming([] { ModelConfig::from_json(nlohmann::json::array(), "arr/config.json"); }, "arr/config.json");
-  std::string d = temp_dir("badjson");
+  std::string d = weights_dir("badjson");
   std::ofstream(d + "/config.json") << "{\"model_type\": \"qwen3\",";
   expect_error_naming([&] { ModelConfig::from_file(d + "/config.json"); }, d + "/config.json");
 }
 
 // A negative expert count is not "dense": transformers would fail on it, glint must say so.
 TEST(ModelConfig, NegativeNumExpertsIsAnError) {
-  nlohmann::json j = config().to_json();
+  nlohmann::json j = weights_config().to_json();
   j["num_experts"] = -4;
   expect_error_naming([&] { ModelConfig::from_json(j, "cfg/config.json"); }, "num_experts");
 }
 
 TEST(ModelConfig, ToJsonFromJsonRoundTrip) {
-  ModelConfig c = config();
+  ModelConfig c = weights_config();
   c.mlp_only_layers = {1};
   c.norm_topk_prob = false;
   c.output_router_logits = true;
@@ -416,7 +417,7 @@ TEST(ModelConfig, ToJsonFromJsonRoundTrip) {
 // Runs in a child process so that a crash fails this test instead of the whole binary.
 TEST(ModelConfigDeathTest, ZeroDecoderSparseStepIsAnErrorNotACrash) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  nlohmann::json j = config().to_json();
+  nlohmann::json j = weights_config().to_json();
   j["decoder_sparse_step"] = 0;
   EXPECT_EXIT(
       {

@@ -21,7 +21,7 @@
 namespace glint {
 namespace {
 
-TrainOptions small_options(const std::string& name) {
+TrainOptions everyday_options(const std::string& name) {
   TrainOptions o = testing::small_train_options("everyday_" + name);
   o.eval_samples = 0;
   return o;
@@ -118,7 +118,7 @@ TEST(Everyday, AutomaticSeqLenAndTheCutReport) {
 // the run equals the run without it, in float64; without the replay it would not.
 TEST(Everyday, LoraDropoutIsReplayedWhenLayersAreRecomputed) {
   auto run = [](bool checkpointing, double dropout) {
-    TrainOptions o = small_options(std::string("dropout") + (checkpointing ? "_ckpt" : ""));
+    TrainOptions o = everyday_options(std::string("dropout") + (checkpointing ? "_ckpt" : ""));
     o.activation_checkpointing = checkpointing;
     o.lora.dropout = dropout;
     o.lora.target_parameters.clear();  // PEFT refuses dropout on expert adapters
@@ -142,7 +142,7 @@ TEST(Everyday, LoraDropoutIsReplayedWhenLayersAreRecomputed) {
 }
 
 TEST(Everyday, DropoutOnExpertAdaptersIsRefused) {
-  TrainOptions o = small_options("dropout_experts");
+  TrainOptions o = everyday_options("dropout_experts");
   o.lora.dropout = 0.1;
   std::string e = glint::testing::error_message([&] { Trainer t(o); });
   EXPECT_NE(e.find("PEFT"), std::string::npos) << e;
@@ -151,11 +151,11 @@ TEST(Everyday, DropoutOnExpertAdaptersIsRefused) {
 
 // --router-aux-loss-coef turns the load-balancing loss on (and off) over config.json.
 TEST(Everyday, RouterAuxLossFromTheOptions) {
-  TrainOptions o = small_options("aux_on");
+  TrainOptions o = everyday_options("aux_on");
   o.router_aux_loss_coef = 0.01;
   Trainer on(o);
   EXPECT_GT(on.step(on.next_micro_batches()).aux_loss, 1.0);
-  TrainOptions off = small_options("aux_off");
+  TrainOptions off = everyday_options("aux_off");
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   c.output_router_logits = true;
   off.model_config = c;
@@ -167,7 +167,7 @@ TEST(Everyday, RouterAuxLossFromTheOptions) {
 // The micro-batch follows the budget: a generous one takes the whole share, a tight one
 // splits it, and the estimate grows with the micro-batch.
 TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
-  TrainOptions o = small_options("budget_big");
+  TrainOptions o = everyday_options("budget_big");
   o.memory_budget = "64G";
   EXPECT_EQ(Trainer(o).micro_batch_size(), 8);
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
@@ -179,7 +179,7 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   double eight = estimate_memory(c, in).total_mb();
   EXPECT_GT(eight, one);
   // A budget between the two: fewer rows than the share.
-  TrainOptions tight = small_options("budget_tight");
+  TrainOptions tight = everyday_options("budget_tight");
   tight.seq_len = 512;
   tight.memory_budget = std::to_string(int64_t(one + (eight - one) / 4)) + "M";
   Trainer t(tight);

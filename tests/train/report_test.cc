@@ -121,7 +121,7 @@ std::vector<std::string> y_tick_labels(const Svg& s) {
 // A deterministic loss in [0.7, 3.1] that goes up and down.
 double loss_at(int step) { return 1.9 + 1.2 * std::sin(step * 1.7) * std::cos(step * 0.31); }
 
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+using glint::testing::write_file;
 
 // `n` records as the trainer writes them (a record does not depend on n); eval_loss
 // every 10th step; lr reaches 2e-4 at step 50.
@@ -151,12 +151,12 @@ std::string tenant_records(int n, double scale) {
 // A run directory with 50 steps and the tenants "support" (50 steps) and "legal" (20).
 std::string make_run(const std::string& name, int n = 50) {
   std::string d = fresh_temp_dir("report_" + name);
-  write_text(d + "/metrics.jsonl", run_records(n));
+  write_file(d + "/metrics.jsonl", run_records(n));
   fs::create_directories(d + "/support");
   fs::create_directories(d + "/legal");
   fs::create_directories(d + "/checkpoints");  // no metrics.jsonl: not a tenant
-  write_text(d + "/support/metrics.jsonl", tenant_records(n, 3.0));
-  write_text(d + "/legal/metrics.jsonl", tenant_records(20, 4.0));
+  write_file(d + "/support/metrics.jsonl", tenant_records(n, 3.0));
+  write_file(d + "/legal/metrics.jsonl", tenant_records(20, 4.0));
   return d;
 }
 
@@ -273,7 +273,7 @@ TEST(Report, ReplacesTheFileAtomically) {
   fs::create_hard_link(d + "/report.html", d + "/old.html");
   struct stat before, after;
   ASSERT_EQ(::stat((d + "/report.html").c_str(), &before), 0);
-  write_text(d + "/metrics.jsonl", run_records(60));
+  write_file(d + "/metrics.jsonl", run_records(60));
   glint::write_report(d);
   ASSERT_EQ(::stat((d + "/report.html").c_str(), &after), 0);
   // A new file was renamed over the old one: a reader holding the old one keeps it whole.
@@ -286,7 +286,7 @@ TEST(Report, ReplacesTheFileAtomically) {
 
 TEST(Report, AWriterReadsAppendedLinesAndStartsAgainOnARewrittenFile) {
   std::string d = fresh_temp_dir("report_incremental");
-  write_text(d + "/metrics.jsonl", run_records(30));
+  write_file(d + "/metrics.jsonl", run_records(30));
   glint::ReportWriter writer(d);
   auto loss_points = [&] {
     writer.write();
@@ -315,7 +315,7 @@ TEST(Report, AWriterReadsAppendedLinesAndStartsAgainOnARewrittenFile) {
 
 TEST(Report, SkipsCutLinesAndNonFiniteValuesAndSaysHowMany) {
   std::string d = fresh_temp_dir("report_damaged");
-  write_text(d + "/metrics.jsonl",
+  write_file(d + "/metrics.jsonl",
              "{\"step\":1,\"loss\":2.0}\n"
              "{\"step\":2,\"lo\n"  // cut short by a crash, then the resumed run went on
              "{\"step\":3,\"loss\":null}\n"  // how nlohmann::json writes a NaN
@@ -337,7 +337,7 @@ TEST(Report, SkipsCutLinesAndNonFiniteValuesAndSaysHowMany) {
 
 TEST(Report, NoRecordsGiveAPageSayingSo) {
   std::string d = fresh_temp_dir("report_empty");
-  write_text(d + "/metrics.jsonl", "");
+  write_file(d + "/metrics.jsonl", "");
   glint::write_report(d);
   std::string html = read(d + "/report.html");
   EXPECT_NE(html.find("No records yet"), std::string::npos);
@@ -347,7 +347,7 @@ TEST(Report, NoRecordsGiveAPageSayingSo) {
 
 TEST(Report, OneRecordIsADotOnFiniteAxes) {
   std::string d = fresh_temp_dir("report_one");
-  write_text(d + "/metrics.jsonl", run_records(1));
+  write_file(d + "/metrics.jsonl", run_records(1));
   glint::write_report(d);
   std::vector<Svg> charts = read_charts(read(d + "/report.html"));
   const Svg* loss = chart(charts, "loss");
@@ -397,7 +397,7 @@ TEST(Report, ErrorsNameWhatIsMissing) {
   glint::ReportWriter writer(d);
   std::string message = writer.try_write();  // never throws
   EXPECT_NE(message.find("metrics.jsonl: not found"), std::string::npos) << message;
-  write_text(d + "/metrics.jsonl", run_records(3));
+  write_file(d + "/metrics.jsonl", run_records(3));
   EXPECT_EQ(writer.try_write(), "");
   EXPECT_TRUE(fs::exists(d + "/report.html"));
 }

@@ -15,12 +15,11 @@
 namespace glint {
 namespace {
 
-TrainOptions small_options(const std::string& name) { return testing::small_train_options(name); }
 
 // Gradient accumulation must equal one large batch: the loss is normalized by the label
 // tokens of the whole step, not per micro-batch.
 void expect_accumulation_matches(bool full) {
-  TrainOptions big = small_options("accum_big"), split = small_options("accum_split");
+  TrainOptions big = testing::small_train_options("accum_big"), split = testing::small_train_options("accum_split");
   big.full = split.full = full;
   split.micro_batch_size = 2;
   Trainer a(big), b(split);
@@ -43,7 +42,7 @@ TEST(Trainer, GradientAccumulationEqualsOneBatchLora) { expect_accumulation_matc
 TEST(Trainer, GradientAccumulationEqualsOneBatchFull) { expect_accumulation_matches(true); }
 
 TEST(Trainer, RouterAuxLossIsReportedAndTrained) {
-  TrainOptions o = small_options("aux");
+  TrainOptions o = testing::small_train_options("aux");
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   c.output_router_logits = true;
   c.router_aux_loss_coef = 0.01;
@@ -56,7 +55,7 @@ TEST(Trainer, RouterAuxLossIsReportedAndTrained) {
 }
 
 TEST(Trainer, LoraLearnsTheBuiltInTask) {
-  TrainOptions o = small_options("learn");
+  TrainOptions o = testing::small_train_options("learn");
   o.dtype = "float32";
   o.batch_size = 32;
   o.lr = 3e-3;
@@ -67,7 +66,7 @@ TEST(Trainer, LoraLearnsTheBuiltInTask) {
 }
 
 TEST(Trainer, SavedAdapterReloadsToTheSameLogits) {
-  TrainOptions o = small_options("reload");
+  TrainOptions o = testing::small_train_options("reload");
   o.steps = 2;
   Trainer t(o);
   t.run();

@@ -13,9 +13,6 @@ namespace glint {
 
 namespace {
 
-constexpr const char* kSliding = "sliding_attention";
-constexpr const char* kCsa = "compressed_sparse_attention";
-constexpr const char* kHca = "heavily_compressed_attention";
 
 // Softmaxes, norms, RoPE and indexer scores run in float32, or float64 for float64 models.
 c10::ScalarType compute_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
@@ -213,8 +210,8 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   GLINT_CHECK(layer >= 0 && layer < int64_t(c.layer_types.size()), "deepseek_v4 layer ", layer,
               " has no entry in layer_types (", c.layer_types.size(), " entries)");
   kind = c.layer_types[layer];
-  GLINT_CHECK(kind == kSliding || kind == kCsa || kind == kHca, "deepseek_v4 layer_types[", layer, "] is \"", kind,
-              "\"; expected ", kSliding, ", ", kCsa, " or ", kHca);
+  GLINT_CHECK(kind == kDeepseekV4Sliding || kind == kDeepseekV4Csa || kind == kDeepseekV4Hca, "deepseek_v4 layer_types[", layer, "] is \"", kind,
+              "\"; expected ", kDeepseekV4Sliding, ", ", kDeepseekV4Csa, " or ", kDeepseekV4Hca);
   GLINT_CHECK(c.q_lora_rank > 0, "deepseek_v4 needs q_lora_rank > 0, got ", c.q_lora_rank);
   GLINT_CHECK(groups > 0 && group_rank > 0 && num_heads % groups == 0, "deepseek_v4: o_groups (", groups,
               ") must divide num_attention_heads (", num_heads, ") and o_lora_rank (", group_rank, ") be positive");
@@ -229,10 +226,10 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   o_a_proj = register_module("o_a_proj", Linear(N * D / groups, groups * group_rank, false, p));
   o_b_proj = register_module("o_b_proj", Linear(groups * group_rank, H, false, p));
   sinks = register_parameter("sinks", new_weight({N}, p));
-  if (kind == kHca) {
+  if (kind == kDeepseekV4Hca) {
     GLINT_CHECK(c.compress_rate_hca > 0, "deepseek_v4: compress_rate_hca must be positive, got ", c.compress_rate_hca);
     compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_hca, false, eps, p));
-  } else if (kind == kCsa) {
+  } else if (kind == kDeepseekV4Csa) {
     GLINT_CHECK(c.compress_rate_csa > 0, "deepseek_v4: compress_rate_csa must be positive, got ", c.compress_rate_csa);
     GLINT_CHECK(c.index_n_heads > 0 && c.index_topk > 0 && c.index_head_dim >= rope_dim,
                 "deepseek_v4: CSA needs index_n_heads > 0 (", c.index_n_heads, "), index_topk > 0 (", c.index_topk,
@@ -247,7 +244,7 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
   GLINT_ASSERT(x.dim() == 3 && layout.rows == x.size(0) && layout.seq_len == x.size(1), "deepseek_v4 attention over ",
                x.sizes(), " with a layout of [", layout.rows, ", ", layout.seq_len, "]");
   const int64_t B = x.size(0), S = x.size(1), N = num_heads, D = head_dim;
-  const RotaryTables& rope = ctx.rope.at(kind == kSliding ? 0 : 1);
+  const RotaryTables& rope = ctx.rope.at(kind == kDeepseekV4Sliding ? 0 : 1);
   GLINT_ASSERT(rope.cos.size(-1) == rope_dim && rope.cos.size(0) == B && rope.cos.size(1) == S,
                "deepseek_v4 rope tables ", rope.cos.sizes(), " for x ", x.sizes(), " and ", rope_dim, " rope dims");
   const double scale = 1.0 / std::sqrt(double(D));

@@ -28,6 +28,11 @@
 
 namespace glint {
 
+// DeepSeek-V4's layer kinds, as its config's layer_types and compress_rates name them.
+inline constexpr const char* kDeepseekV4Sliding = "sliding_attention";
+inline constexpr const char* kDeepseekV4Csa = "compressed_sparse_attention";
+inline constexpr const char* kDeepseekV4Hca = "heavily_compressed_attention";
+
 class DeepseekV4IndexerImpl;
 
 // Pools each complete window of `rate` tokens of a sequence into one entry [dim]: per

@@ -18,9 +18,6 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-constexpr const char* kSliding = "sliding_attention";
-constexpr const char* kCsa = "compressed_sparse_attention";
-constexpr const char* kHca = "heavily_compressed_attention";
 constexpr const char* kHashMoe = "hash_moe";
 constexpr const char* kMoe = "moe";
 
@@ -162,7 +159,7 @@ class DeepseekV4Family : public ModelFamily {
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
     j["layer_types"] = c.layer_types;
     j["mlp_layer_types"] = c.mlp_layer_types;
-    j["compress_rates"] = {{kCsa, c.compress_rate_csa}, {kHca, c.compress_rate_hca}};
+    j["compress_rates"] = {{kDeepseekV4Csa, c.compress_rate_csa}, {kDeepseekV4Hca, c.compress_rate_hca}};
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["qk_rope_head_dim"] = rope_dims(c);
     j["compress_rope_theta"] = c.compress_rope_theta;
@@ -202,10 +199,10 @@ class DeepseekV4Family : public ModelFamily {
                 c.mlp_layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
     bool csa = false, compressed = false;
     for (const auto& t : c.layer_types) {
-      GLINT_CHECK(t == kSliding || t == kCsa || t == kHca, where, ": layer type '", t, "' is not one of ", kSliding,
-                  ", ", kCsa, ", ", kHca);
-      csa |= t == kCsa;
-      compressed |= t != kSliding;
+      GLINT_CHECK(t == kDeepseekV4Sliding || t == kDeepseekV4Csa || t == kDeepseekV4Hca, where, ": layer type '", t, "' is not one of ", kDeepseekV4Sliding,
+                  ", ", kDeepseekV4Csa, ", ", kDeepseekV4Hca);
+      csa |= t == kDeepseekV4Csa;
+      compressed |= t != kDeepseekV4Sliding;
     }
     for (const auto& t : c.mlp_layer_types)
       GLINT_CHECK(t == kHashMoe || t == kMoe, where, ": mlp layer type '", t, "' is not one of ", kHashMoe, ", ",
@@ -256,8 +253,8 @@ class DeepseekV4Family : public ModelFamily {
               {"num_experts_per_tok", 2},
               {"moe_intermediate_size", 16},
               {"num_hash_layers", 1},
-              {"layer_types", {kSliding, kCsa, kHca, kCsa}},
-              {"compress_rates", {{kCsa, 4}, {kHca, 8}}},
+              {"layer_types", {kDeepseekV4Sliding, kDeepseekV4Csa, kDeepseekV4Hca, kDeepseekV4Csa}},
+              {"compress_rates", {{kDeepseekV4Csa, 4}, {kDeepseekV4Hca, 8}}},
               {"sliding_window", 6},
               {"index_n_heads", 2},
               {"index_head_dim", 8},
@@ -353,8 +350,8 @@ class DeepseekV4Family : public ModelFamily {
     const int64_t n = c->num_hidden_layers;
     if (auto rates = j.find("compress_rates"); rates != j.end() && !rates->is_null()) {
       GLINT_CHECK(rates->is_object(), where, ": field 'compress_rates' must be an object, got ", rates->dump());
-      cf::read(*rates, where + " (compress_rates)", kCsa, &c->compress_rate_csa);
-      cf::read(*rates, where + " (compress_rates)", kHca, &c->compress_rate_hca);
+      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Csa, &c->compress_rate_csa);
+      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Hca, &c->compress_rate_hca);
     }
     cf::read(j, where, "compress_rate_csa", &c->compress_rate_csa);
     cf::read(j, where, "compress_rate_hca", &c->compress_rate_hca);
@@ -371,10 +368,10 @@ class DeepseekV4Family : public ModelFamily {
         GLINT_CHECK(r == 0 || r == 4 || r == 128, where, ": compress_ratios holds ", r,
                     "; it takes only 0 (sliding), 4 (compressed sparse) and 128 (heavily compressed); give "
                     "layer_types and compress_rates for other rates");
-        c->layer_types.push_back(r == 0 ? kSliding : r == 4 ? kCsa : kHca);
+        c->layer_types.push_back(r == 0 ? kDeepseekV4Sliding : r == 4 ? kDeepseekV4Csa : kDeepseekV4Hca);
       }
     } else {
-      for (int64_t l = 0; l < n; ++l) c->layer_types.push_back(l < 2 || l % 2 == 0 ? kHca : kCsa);
+      for (int64_t l = 0; l < n; ++l) c->layer_types.push_back(l < 2 || l % 2 == 0 ? kDeepseekV4Hca : kDeepseekV4Csa);
     }
     auto mlp = j.find("mlp_layer_types");
     if (mlp != j.end() && !mlp->is_null()) {

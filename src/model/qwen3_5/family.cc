@@ -14,8 +14,6 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-constexpr const char* kFull = "full_attention";
-constexpr const char* kLinear = "linear_attention";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -93,7 +91,7 @@ class Qwen3_5Family : public ModelFamily {
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
     LayerParts parts;
-    if (c.layer_types.at(layer) == kFull) {
+    if (c.layer_types.at(layer) == cf::kFullAttention) {
       parts.attention = GatedAttention(c, p).ptr();
     } else {
       parts.attention_name = "linear_attn";
@@ -113,7 +111,7 @@ class Qwen3_5Family : public ModelFamily {
               {"vocab_size", vocab_size},
               {"hidden_size", 32},
               {"num_hidden_layers", 2},
-              {"layer_types", {kLinear, kFull}},
+              {"layer_types", {cf::kLinearAttention, cf::kFullAttention}},
               {"num_attention_heads", 4},
               {"num_key_value_heads", 2},
               {"head_dim", 8},

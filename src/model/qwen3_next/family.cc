@@ -16,8 +16,6 @@ using nlohmann::json;
 namespace cf = config_fields;
 
 constexpr const char* kModelType = "qwen3_next";
-constexpr const char* kFull = "full_attention";
-constexpr const char* kLinear = "linear_attention";
 
 class Qwen3NextFamily : public ModelFamily {
  public:
@@ -107,7 +105,7 @@ class Qwen3NextFamily : public ModelFamily {
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
     LayerParts parts;
-    if (c.layer_types.at(layer) == kFull) {
+    if (c.layer_types.at(layer) == cf::kFullAttention) {
       parts.attention = GatedAttention(c, p).ptr();
     } else {
       parts.attention_name = "linear_attn";
@@ -131,7 +129,7 @@ class Qwen3NextFamily : public ModelFamily {
               {"hidden_size", 32},
               {"intermediate_size", 40},
               {"num_hidden_layers", 2},
-              {"layer_types", {kLinear, kFull}},
+              {"layer_types", {cf::kLinearAttention, cf::kFullAttention}},
               {"mlp_only_layers", {1}},
               {"num_attention_heads", 4},
               {"num_key_value_heads", 2},

@@ -1,0 +1,35 @@
+# The ctest label of every test of glint_tests, by its name: the first group whose pattern
+# matches, `unit` for the rest. Read by ctest after the discovered tests (CMakeLists.txt
+# adds it to TEST_INCLUDE_FILES), so a new test gets its label without a CMake run.
+#
+#   unit         one process, seconds: `ctest -L unit`
+#   multirank    ranks started through `glint launch` or mpirun on this machine
+#   multinode    simulated nodes (network namespaces joined by veth pairs): needs root
+#   convergence  trains until a target is reached (a loss, an exact-match rate)
+#   browser      draws the report page in Chromium (skips where none is installed)
+#   reference    the npm reference implementations (glint_reference_tests, labelled in
+#                CMakeLists.txt)
+#
+# A test over 120 s on the 2-core machine is listed here with the reason it takes that long.
+
+set(glint_label_groups multinode multirank convergence browser)
+set(glint_label_multinode "^MultiNode\\.")
+set(glint_label_multirank
+  "^(DistComm|DistLaunch|Mpirun|DistFaults|ResumeFaults|TenantTraining|Evaluation)\\.|/(DataParallel|Resume)\\.|/ServiceTraining\\..*/FourRanks")
+# Each trains the built-in task (or a bf16 run) until its target: a 1,000-step run and
+# generation with its adapter (50 s), bf16 reaching the float32 loss (13 s), a LoRA run
+# whose loss must fall by a fifth (4 s).
+set(glint_label_convergence
+  "^(GenerateCli\\.TheBuiltInTaskAdapterChangesTheAnswer|MixedPrecision\\.Bf16LoraReachesTheFloat32Loss|Trainer\\.LoraLearnsTheBuiltInTask)$")
+set(glint_label_browser "^ReportBrowser\\.")
+
+foreach(glint_test IN LISTS glint_tests_TESTS)
+  set(glint_label unit)
+  foreach(glint_group IN LISTS glint_label_groups)
+    if(glint_test MATCHES "${glint_label_${glint_group}}")
+      set(glint_label ${glint_group})
+      break()
+    endif()
+  endforeach()
+  set_tests_properties("${glint_test}" PROPERTIES LABELS ${glint_label})
+endforeach()
