@@ -62,4 +62,7 @@ function(glint_unity_sources target)
   target_sources(${target} PRIVATE ${sources})
   set_source_files_properties(${sources} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
   target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR})
+  # g++ warns when a class defined in an included file has a member of a type from an
+  # anonymous namespace, as a .cc's own classes are once a batch includes the .cc.
+  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
 endfunction()

@@ -68,9 +68,16 @@ mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 
 t0=$SECONDS
 fetch torch26 "deb $mirror trixie contrib" 10000 libtorch-cuda-dev libgloo-cuda-dev
 sysroot=$work/torch26/sysroot
-# TorchConfig checks that the libraries it names exist; nothing here links them.
+# TorchConfig looks the libraries up and checks that they exist; nothing here links them.
+# Empty files stand in for them: where the -dev package's links point, and for the
+# versioned names the import targets name.
+libdir=$sysroot/usr/lib/x86_64-linux-gnu
+for link in "$libdir"/lib*.so; do
+  target=$libdir/$(readlink "$link")
+  [ -e "$target" ] || : >"$target"
+done
 for lib in c10 c10_cuda torch torch_cpu torch_cuda; do
-  [ -e "$sysroot/usr/lib/x86_64-linux-gnu/lib$lib.so.2.6.0" ] || : >"$sysroot/usr/lib/x86_64-linux-gnu/lib$lib.so.2.6.0"
+  [ -e "$libdir/lib$lib.so.2.6.0" ] || : >"$libdir/lib$lib.so.2.6.0"
 done
 if [ -f /usr/local/cuda/include/cuda_runtime_api.h ] && [ -f /usr/local/cuda/include/nccl.h ]; then
   cuda_include=/usr/local/cuda/include

@@ -9,8 +9,7 @@
 # test as ctest runs them: under ASan each process start (the instrumented binary,
 # libtorch, LeakSanitizer's scan at exit) costs seconds, and 400 of them would take the
 # stage far past its 15 minutes on two cores. A sanitizer report ends its shard and the
-# stage; GLINT_SANITIZE_CTEST=1 runs the same selection through ctest instead, one
-# process per test (about an hour; docs/RELIABILITY.md).
+# stage.
 #
 # The other labels run unsanitised in the README's test command: their work happens in
 # several processes started through `glint launch`, mpirun or simulated nodes (multirank,
@@ -37,32 +36,35 @@ t1=$SECONDS
 echo "sanitize-check.sh: build $build: $((t1 - t0)) s"
 
 source scripts/sanitize-env.sh
-ctest_exclude=$(printf '%s\n' "${excluded[@]}" | sed 's/[.]/\\./g' | paste -sd'|')
-if [ "${GLINT_SANITIZE_CTEST:-0}" = 1 ]; then
-  (cd "$build" && ctest -j2 --output-on-failure -L '^unit$' -E "^($ctest_exclude)\$" --timeout 900)
-else
-  # The unit tests' names, as ctest lists them, become one gtest filter.
-  names=$(cd "$build" && ctest -N -L '^unit$' -E "^($ctest_exclude)\$" | sed -n 's/^ *Test *#[0-9]*: //p')
-  [ -n "$names" ] || { echo "sanitize-check.sh: ctest lists no unit tests in $build" >&2; exit 1; }
-  echo "sanitize-check.sh: $(echo "$names" | wc -l) unit tests"
-  filter=$(echo "$names" | paste -sd:)
-  pids=()
-  for shard in 0 1; do
-    (cd "$build" && GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard timeout 1200 ./glint_tests --gtest_filter="$filter" \
-       --gtest_brief=1 >"tests-asan.$shard.log" 2>&1) &
-    pids+=($!)
-  done
-  failed=0
-  for shard in 0 1; do
-    if ! wait "${pids[$shard]}"; then
-      failed=1
-      echo "---- shard $shard failed: $build/tests-asan.$shard.log (the last 60 lines)"
-      tail -60 "$build/tests-asan.$shard.log" | cut -c1-240
-    fi
-  done
-  [ $failed = 0 ] || { echo "sanitize-check.sh: the sanitized tests failed" >&2; exit 1; }
-  grep -h "tests ran\|PASSED\|SKIPPED" "$build"/tests-asan.*.log || true
-fi
+# The unit tests' names, from the gtest filters of ctest's unit entries (one per suite,
+# tests/discover.cmake), less the exclusions above, become one gtest filter.
+filter=$(cd "$build" && ctest --show-only=json-v1 -L '^unit$' | python3 -c '
+import json, sys
+excluded = set(sys.argv[1:])
+names = []
+for test in json.load(sys.stdin)["tests"]:
+    for arg in test["command"]:
+        if arg.startswith("--gtest_filter="):
+            names += [n for n in arg[len("--gtest_filter="):].split(":") if n not in excluded]
+print(":".join(names))' "${excluded[@]}")
+[ -n "$filter" ] || { echo "sanitize-check.sh: ctest lists no unit tests in $build" >&2; exit 1; }
+echo "sanitize-check.sh: $(echo "$filter" | tr ':' '\n' | wc -l) unit tests"
+pids=()
+for shard in 0 1; do
+  (cd "$build" && GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard timeout 1200 ./glint_tests --gtest_filter="$filter" \
+     --gtest_brief=1 >"tests-asan.$shard.log" 2>&1) &
+  pids+=($!)
+done
+failed=0
+for shard in 0 1; do
+  if ! wait "${pids[$shard]}"; then
+    failed=1
+    echo "---- shard $shard failed: $build/tests-asan.$shard.log (the last 60 lines)"
+    tail -60 "$build/tests-asan.$shard.log" | cut -c1-240
+  fi
+done
+[ $failed = 0 ] || { echo "sanitize-check.sh: the sanitized tests failed" >&2; exit 1; }
+grep -h "tests ran\|PASSED\|SKIPPED" "$build"/tests-asan.*.log || true
 t2=$SECONDS
 echo "sanitize-check.sh: single-process tests under ASan + UBSan: $((t2 - t1)) s"
 
