@@ -77,6 +77,8 @@ bind "$repo" /src
 # The same build script as the README's, inside the chroot: Debian 13's packages under
 # the same names, its own build tree, no npm reference tests.
 in_chroot_build() {
+  # A run stopped while apt installed leaves dpkg half done; finish it first.
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg --configure -a
   chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
     CCACHE_DIR=/var/cache/ccache LANG=C.UTF-8 \
     GLINT_BUILD_DIR=build-torch2 GLINT_REFERENCE_TESTS=OFF \
