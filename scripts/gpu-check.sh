@@ -7,7 +7,9 @@
 #
 #   scripts/gpu-check.sh [--out DIR] [--tests REGEX] [--dry-run]
 #
-# The machine needs python3 with torch, CMake and ninja. The other build dependencies
+# The machine needs python3 with torch, CMake and ninja; not the CUDA toolkit (without
+# nvcc, cmake/cuda_without_toolkit.cmake takes CUDA's headers and libcudart from the
+# nvidia-* packages beside torch). The other build dependencies
 # (nlohmann-json, CLI11, GoogleTest, PCRE2, ICU, pkg-config) come from the system when it
 # has them, else from .gpu-deps/*.deb (scripts/gpu-deps.sh downloads them on a machine
 # with apt), unpacked under /tmp/glint-deps. --dry-run takes the same steps where no GPU
@@ -75,7 +77,7 @@ fi
 
 start=$(date +%s)
 GLINT_NO_INSTALL=1 GLINT_BUILD_DIR=build-gpu GLINT_REFERENCE_TESTS=OFF \
-  GLINT_BUILD_JOBS="${GLINT_BUILD_JOBS:-$(nproc)}" ./scripts/build.sh >"$out/build.log" 2>&1 || {
+  GLINT_BUILD_JOBS="${GLINT_BUILD_JOBS:-$(nproc)}" ./scripts/build.sh --tests >"$out/build.log" 2>&1 || {
   log "build failed; the end of build.log:"
   tail -40 "$out/build.log"
   exit 1
