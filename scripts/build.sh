@@ -21,11 +21,12 @@ cd "$(dirname "$0")/.."
 
 sanitize=0
 install_only=0
+tests=0  # every target, the tests included
 targets=(--target glint)
 for arg in "$@"; do
   case $arg in
-    --sanitize) sanitize=1; targets=() ;;
-    --tests) targets=() ;;
+    --sanitize) sanitize=1; tests=1; targets=() ;;
+    --tests) tests=1; targets=() ;;
     --install-only) install_only=1 ;;
     *) echo "build.sh: unknown argument $arg (known: --tests, --sanitize, --install-only)" >&2; exit 2 ;;
   esac
@@ -61,8 +62,6 @@ packages=(build-essential cmake ninja-build ccache pkg-config
 # What only the tests use: OpenMPI's mpirun (a launcher test), iproute2 (the simulated-node
 # tests), and Node.js and npm where the machine has none (the reference tests,
 # tests/reference, install npm packages).
-tests=0
-[ ${#targets[@]} -gt 0 ] || tests=1
 [ $tests = 0 ] || packages+=(openmpi-bin iproute2)
 # clang with its sanitizer and libFuzzer runtimes; llvm-symbolizer for readable reports.
 [ $sanitize = 0 ] || packages+=(clang libclang-rt-dev llvm)

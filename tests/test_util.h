@@ -11,12 +11,14 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,29 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
+
+// Sets (or, with nullptr, clears) an environment variable for the object's lifetime, then
+// puts back what was there, also when the test fails half way.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::string(old);
+    set(value);
+  }
+  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  void set(const char* value) {
+    if (value)
+      ::setenv(name_.c_str(), value, 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 // A small disk that fills up: a tmpfs of `bytes` (rounded up to pages) mounted at `path`
 // (created) for the object's lifetime. Needs root, as CI has; ok() is false elsewhere,

@@ -10,7 +10,6 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
-#include <alloca.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,7 +46,7 @@ std::string version_line() {
 // the process's own environment before main, so the policy is libgomp's alone and
 // children choose again. (glint used to execute itself with the variable set: every
 // command paid the loading of libtorch twice, 0.25 s on the 2-core machine.) An
-// environment too large for the copy falls back to that.
+// environment of more than kMaxEnvironment variables keeps libgomp's default.
 namespace {
 constexpr size_t kMaxEnvironment = 4096;
 char* g_environment[kMaxEnvironment + 2];
@@ -55,23 +54,19 @@ char g_policy[] = "OMP_WAIT_POLICY=PASSIVE";
 }  // namespace
 
 static void glint_passive_openmp(int argc, char** argv, char** envp) {
-  (void)argc;
-  static const char kName[] = "OMP_WAIT_POLICY=";
+  (void)argc, (void)argv;
+  const size_t name_length = sizeof("OMP_WAIT_POLICY=") - 1;  // the name in g_policy, with its '='
   size_t n = 0;
   for (; envp[n] != nullptr; ++n) {
     size_t i = 0;
-    while (kName[i] != '\0' && envp[n][i] == kName[i]) ++i;
-    if (kName[i] == '\0') return;  // the user's choice stands
+    while (i < name_length && envp[n][i] == g_policy[i]) ++i;
+    if (i == name_length) return;  // the user's choice stands
   }
-  char** env = n <= kMaxEnvironment ? g_environment : static_cast<char**>(alloca((n + 2) * sizeof(char*)));
-  for (size_t i = 0; i < n; ++i) env[i] = envp[i];
-  env[n] = g_policy;
-  env[n + 1] = nullptr;
-  if (env == g_environment) {
-    environ = env;
-    return;
-  }
-  ::execve("/proc/self/exe", argv, env);  // returns only on failure: run on with the default
+  if (n > kMaxEnvironment) return;
+  for (size_t i = 0; i < n; ++i) g_environment[i] = envp[i];
+  g_environment[n] = g_policy;
+  g_environment[n + 1] = nullptr;
+  environ = g_environment;
 }
 __attribute__((section(".preinit_array"), used)) static void (*const glint_preinit)(int, char**, char**) =
     glint_passive_openmp;

@@ -70,8 +70,8 @@ bool varlen_attention_available(const at::Tensor& q);
 // expert order (a count may be 0); w [E, out, in]. Returns [N, out], group e multiplied
 // by w[e]ᵀ, with gradients for x and w. On CUDA with bf16, a libtorch that has
 // at::_grouped_mm and a GPU it runs on (grouped_mm_runs_on), one kernel; elsewhere one
-// GEMM per expert (empty groups included, so
-// that the result stays in x's and w's autograd graph).
+// GEMM per expert (empty groups included, so that the result stays in x's and w's
+// autograd graph).
 at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& counts);
 // Whether grouped_matmul takes the one-kernel path for these operands.
 bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w);

@@ -3,6 +3,7 @@
 // a mask, and the CPU thread settings.
 #include "core/compat.h"
 #include "core/error.h"
+#include "test_util.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -176,15 +177,15 @@ TEST(Compat, FusedKernelsFollowTheCapability) {
 
 TEST(Compat, CapabilityOfADeviceAndItsStandIn) {
   const c10::Device cpu(c10::kCPU), gpu(c10::kCUDA, 0);
-  ::unsetenv("GLINT_CUDA_CAPABILITY");
+  testing::ScopedEnv capability("GLINT_CUDA_CAPABILITY", nullptr);
   EXPECT_EQ(compat::cuda_capability(cpu).major, 0);
-  ::setenv("GLINT_CUDA_CAPABILITY", "8.6", 1);
+  capability.set("8.6");
   EXPECT_EQ(compat::cuda_capability(cpu).major, 0);  // a CPU has none, stand-in or not
   const compat::CudaCapability c = compat::cuda_capability(gpu);
   EXPECT_EQ(c.major, 8);
   EXPECT_EQ(c.minor, 6);
   for (const char* bad : {"eight", "8.x", "0.0", "-9"}) {
-    ::setenv("GLINT_CUDA_CAPABILITY", bad, 1);
+    capability.set(bad);
     try {
       compat::cuda_capability(gpu);
       ADD_FAILURE() << bad << " was taken for a capability";
@@ -192,13 +193,11 @@ TEST(Compat, CapabilityOfADeviceAndItsStandIn) {
       EXPECT_NE(std::string(e.what()).find("GLINT_CUDA_CAPABILITY"), std::string::npos) << e.what();
     }
   }
-  ::unsetenv("GLINT_CUDA_CAPABILITY");
   // CPU tensors never take a fused kernel, whatever the stand-in says.
-  ::setenv("GLINT_CUDA_CAPABILITY", "9.0", 1);
+  capability.set("9.0");
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
   EXPECT_FALSE(compat::grouped_mm_available(at::zeros({8, 16}, bf16), at::zeros({2, 16, 16}, bf16)));
   EXPECT_FALSE(compat::varlen_attention_available(at::zeros({8, 2, 64}, bf16)));
-  ::unsetenv("GLINT_CUDA_CAPABILITY");
 }
 
 TEST(Compat, NamesTheLibtorchVersion) {

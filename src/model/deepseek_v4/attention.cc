@@ -210,7 +210,7 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   GLINT_CHECK(layer >= 0 && layer < int64_t(c.layer_types.size()), "deepseek_v4 layer ", layer,
               " has no entry in layer_types (", c.layer_types.size(), " entries)");
   kind = c.layer_types[layer];
-  GLINT_CHECK(kind == kDeepseekV4Sliding || kind == kDeepseekV4Csa || kind == kDeepseekV4Hca, "deepseek_v4 layer_types[", layer, "] is \"", kind,
+  GLINT_CHECK(deepseek_v4_layer_kind_known(kind), "deepseek_v4 layer_types[", layer, "] is \"", kind,
               "\"; expected ", kDeepseekV4Sliding, ", ", kDeepseekV4Csa, " or ", kDeepseekV4Hca);
   GLINT_CHECK(c.q_lora_rank > 0, "deepseek_v4 needs q_lora_rank > 0, got ", c.q_lora_rank);
   GLINT_CHECK(groups > 0 && group_rank > 0 && num_heads % groups == 0, "deepseek_v4: o_groups (", groups,

@@ -32,6 +32,10 @@ namespace glint {
 inline constexpr const char* kDeepseekV4Sliding = "sliding_attention";
 inline constexpr const char* kDeepseekV4Csa = "compressed_sparse_attention";
 inline constexpr const char* kDeepseekV4Hca = "heavily_compressed_attention";
+// Whether `kind` is one of the three; the message of a refusal lists them.
+inline bool deepseek_v4_layer_kind_known(const std::string& kind) {
+  return kind == kDeepseekV4Sliding || kind == kDeepseekV4Csa || kind == kDeepseekV4Hca;
+}
 
 class DeepseekV4IndexerImpl;
 

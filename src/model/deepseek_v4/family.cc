@@ -199,8 +199,8 @@ class DeepseekV4Family : public ModelFamily {
                 c.mlp_layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
     bool csa = false, compressed = false;
     for (const auto& t : c.layer_types) {
-      GLINT_CHECK(t == kDeepseekV4Sliding || t == kDeepseekV4Csa || t == kDeepseekV4Hca, where, ": layer type '", t, "' is not one of ", kDeepseekV4Sliding,
-                  ", ", kDeepseekV4Csa, ", ", kDeepseekV4Hca);
+      GLINT_CHECK(deepseek_v4_layer_kind_known(t), where, ": layer type '", t, "' is not one of ",
+                  kDeepseekV4Sliding, ", ", kDeepseekV4Csa, ", ", kDeepseekV4Hca);
       csa |= t == kDeepseekV4Csa;
       compressed |= t != kDeepseekV4Sliding;
     }

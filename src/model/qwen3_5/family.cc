@@ -14,7 +14,6 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 class Qwen3_5Family : public ModelFamily {
