@@ -57,7 +57,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libgloo-dev libopenblas0-pthread
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
           libgoogle-perftools-dev
-          libpcre2-dev libicu-dev libcpp-httplib-dev)
+          libpcre2-dev libicu-dev libcpp-httplib-dev libprotobuf-dev protobuf-compiler)
 [ -n "$torch_prefix" ] || packages+=(libtorch-dev)
 # What only the tests use: OpenMPI's mpirun (a launcher test), iproute2 (the simulated-node
 # tests), and Node.js and npm where the machine has none (the reference tests,

@@ -16,5 +16,6 @@ apt-get download -qq nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 \
   libicu-dev libicu72 libgoogle-perftools-dev libgoogle-perftools4 libtcmalloc-minimal4 \
   libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 libbrotli-dev libbrotli1 zlib1g-dev \
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32 \
   pkgconf pkgconf-bin libpkgconf3 2>&1 | grep -v "unsandboxed as root" || true
 ls -1 "$PWD"

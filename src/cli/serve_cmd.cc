@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <ctime>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +35,7 @@ struct ServeArgs {
   int port = 8000;
   std::string port_file, api_keys, name;
   bool insecure = false;
+  bool access_log = true;
   int64_t max_body_mb = 256;
   int http_threads = 64;
   double cycle_window_ms = 20;
@@ -90,6 +93,8 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--cycle-window-ms", args->cycle_window_ms, "a cycle waits this long for other tenants' requests")
       ->capture_default_str();
   cmd->add_option("--http-threads", args->http_threads, "HTTP worker threads")->capture_default_str();
+  cmd->add_flag("--access-log,!--no-access-log", args->access_log,
+                "a line on stderr per request: time, owner, route, status, milliseconds");
   cmd->add_flag("--fsdp,!--no-fsdp", opts->fsdp, "shard decoder layers over the ranks");
   cmd->add_option("--ep", opts->ep, "expert parallelism: experts sharded over N ranks")->capture_default_str();
   cmd->add_option("--ep-layout", opts->ep_layout, "EP groups: contiguous or strided")->capture_default_str();
@@ -146,6 +151,18 @@ Action add_serve(CLI::App& app) {
         svc->encode = [tok](const std::string& s) {
           std::vector<int32_t> ids = tok->encode(s, /*add_special_tokens=*/false);
           return std::vector<int64_t>(ids.begin(), ids.end());
+        };
+      }
+      if (args->access_log) {
+        auto mu = std::make_shared<std::mutex>();
+        svc->access_log = [mu](const std::string& line) {
+          char when[32];
+          const std::time_t now = std::time(nullptr);
+          std::tm tm{};
+          gmtime_r(&now, &tm);
+          std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+          std::lock_guard<std::mutex> lock(*mu);
+          std::cerr << when << " " << line << "\n";
         };
       }
       service = std::make_unique<Service>(*svc);

@@ -15,6 +15,7 @@
 #include "lora/peft_io.h"
 #include "serve/losses.h"
 #include "serve/protocol.h"
+#include "serve/wire.h"
 #include "train/optimizer.h"
 
 namespace glint {
@@ -40,6 +41,26 @@ HttpResponse error_reply(int status, const std::string& message) {
   return {status, body_text(json{{"error", message}, {"category", "user"}}), {}};
 }
 
+bool says_protobuf(const std::string& header) { return header.find(tinker::kProtobufType) != std::string::npos; }
+
+// "0.25.1" > "0.25" >= "0.25.0": the SDK's version as numbers (unreadable: 0).
+std::vector<int> version_numbers(const std::string& v) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) {
+    int n = 0;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i])) && n < 100000) n = n * 10 + (v[i++] - '0');
+    out.push_back(n);
+    if (i < v.size() && v[i] == '.') ++i;
+    else break;
+  }
+  return out;
+}
+
+// A refusal a client does not retry: the request's seq_id is spent. (408, 409, 429 and
+// 5xx are retried by the SDK with the same seq_id.)
+bool final_refusal(int status) { return status >= 400 && status < 500 && status != 408 && status != 409 && status != 429; }
+
 int phase_of(const std::string& kind) {
   if (kind == "create" || kind == "load") return 0;
   if (kind == "forward" || kind == "forward_backward") return 1;
@@ -53,8 +74,14 @@ int phase_of(const std::string& kind) {
 struct Service::Pending {
   std::string request_id, owner, kind;
   int64_t seq = -1;
-  json op;    // the executor operation (forward: the item)
-  json info;  // what complete() needs: paths, names
+  json op;  // the executor operation (forward: the item)
+  // What complete() needs. Every kind has every field (empty where it has no use), so
+  // no code reading a queue of mixed kinds meets a field that is not there.
+  std::string dir;      // save*: the checkpoint's directory; sample: its adapter's
+  std::string partial;  // save*: where it is written before the rename ("" for the others)
+  std::string path;     // save*, load, sample: the tinker:// path
+  std::string session;  // save_sampler: the session a session-only sampler joins
+  bool session_only = false;
   Clock::time_point arrived = Clock::now();
 };
 
@@ -65,10 +92,14 @@ struct Service::Model {
   bool loaded = false, unloaded = false;
   std::deque<Pending> queue;
   int64_t next_seq = 1;
+  std::set<int64_t> refused;  // seq_ids of refused requests: spent, never waited for
 };
 
 struct Service::Future {
   std::string owner;
+  // The protobuf message a successful result has on the 0.19+ wire: "ForwardBackwardOutput",
+  // "SampleResponse", or "" (JSON only).
+  std::string message;
   bool done = false;
   json response;
   Clock::time_point finished;
@@ -105,6 +136,24 @@ std::string Service::new_id(const char* prefix) {
 }
 
 HttpResponse Service::handle(const HttpRequest& req) {
+  const auto started = Clock::now();
+  std::string owner = "-";
+  HttpResponse r = answer(req, &owner);
+  if (opt_.access_log) {
+    char line[96];
+    std::snprintf(line, sizeof line, " %d %.1f ms", r.status,
+                  std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+    // The path may hold any bytes a client sent: only printable ASCII reaches the log.
+    std::string path;
+    for (char c : req.method + " " + req.path) path += (c >= 0x20 && c < 0x7f) ? c : '?';
+    opt_.access_log(owner + " " + path + line);
+  }
+  return r;
+}
+
+HttpResponse Service::answer(const HttpRequest& req, std::string* owner_out) {
+  // Health checks come from load balancers, which hold no key.
+  if (req.method == "GET" && (req.path == "/api/v1/healthz" || req.path == "/healthz")) return reply({{"status", "ok"}});
   std::string owner = "local";
   if (!opt_.api_keys.empty()) {
     auto it = opt_.api_keys.find(req.api_key);
@@ -112,21 +161,25 @@ HttpResponse Service::handle(const HttpRequest& req) {
     if (it == opt_.api_keys.end()) return error_reply(401, "unknown API key");
     owner = it->second;
   }
-  const std::string idem = req.method != "GET" && !req.idempotency_key.empty()
+  *owner_out = owner;
+  // A retry of a request that changed something gets the first answer. retrieve_future
+  // only reads: each poll is answered afresh.
+  const std::string idem = req.method != "GET" && !req.idempotency_key.empty() && req.path != "/api/v1/retrieve_future"
                                ? owner + "\n" + req.method + " " + req.path + "\n" + req.idempotency_key
                                : "";
   if (!idem.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idempotent_.find(idem);
     if (it != idempotent_.end()) {
-      if (it->second.empty()) return error_reply(409, "the first request with this X-Idempotency-Key is still being handled");
-      return reply(json::parse(it->second));  // a retry: the first answer
+      if (!it->second) return error_reply(409, "the first request with this X-Idempotency-Key is still being handled");
+      return *it->second;  // a retry: the first answer
     }
-    idempotent_[idem] = "";  // in progress: a concurrent retry waits for it
+    idempotent_[idem] = std::nullopt;  // in progress: a concurrent retry waits for it
   }
   HttpResponse r;
+  RequestHead head;
   try {
-    r = route(req, owner);
+    r = route(req, owner, &head);
   } catch (const ClientError& e) {
     r = error_reply(e.status, e.what());
     if (e.status == 429) r.headers["Retry-After"] = "1";
@@ -137,13 +190,14 @@ HttpResponse Service::handle(const HttpRequest& req) {
   } catch (const std::exception& e) {
     r = {500, body_text(json{{"error", e.what()}, {"category", "server"}}), {}};
   }
+  if (final_refusal(r.status) && head.seq > 0 && !head.model_id.empty()) spend_seq(owner, head);
   if (!idem.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (r.status != 200) {  // not done: a retry runs it again
       idempotent_.erase(idem);
       return r;
     }
-    idempotent_[idem] = r.body;
+    idempotent_[idem] = r;
     idempotent_order_.push_back(idem);
     while (idempotent_order_.size() > 100000) {
       idempotent_.erase(idempotent_order_.front());
@@ -151,6 +205,14 @@ HttpResponse Service::handle(const HttpRequest& req) {
     }
   }
   return r;
+}
+
+void Service::spend_seq(const std::string& owner, const RequestHead& head) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(head.model_id);
+  if (it == models_.end() || it->second.owner != owner || head.seq < it->second.next_seq) return;
+  it->second.refused.insert(head.seq);
+  work_cv_.notify_all();  // a request waiting for this seq_id goes on
 }
 
 json Service::lora_json(const json& cfg, const std::string& where) const {
@@ -183,7 +245,10 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
     throw ClientError(429, "too many queued requests (" + std::to_string(opt_.max_pending) + "); retry later");
   p.request_id = new_id("req-");
   p.owner = owner;
-  futures_[p.request_id] = Future{owner, false, json(), Clock::time_point()};
+  Future& f = futures_[p.request_id];
+  f.owner = owner;
+  if (p.kind == "forward" || p.kind == "forward_backward") f.message = "ForwardBackwardOutput";
+  if (p.kind == "sample") f.message = "SampleResponse";
   ++pending_count_[owner];
   const std::string id = p.request_id;
   if (model_id.empty()) {
@@ -209,7 +274,7 @@ std::string Service::owned_checkpoint(const std::string& owner, const std::strin
   return store_.dir(p);
 }
 
-HttpResponse Service::retrieve(const std::string& owner, const json& body) {
+HttpResponse Service::retrieve(const std::string& owner, const json& body, bool protobuf) {
   const std::string id = tinker::text(body, "request_id", "");
   std::unique_lock<std::mutex> lock(mu_);
   auto it = futures_.find(id);
@@ -222,7 +287,17 @@ HttpResponse Service::retrieve(const std::string& owner, const json& body) {
   it = futures_.find(id);
   if (it == futures_.end()) throw ClientError(410, "request '" + id + "' expired");
   if (!it->second.done) return reply({{"type", "try_again"}, {"request_id", id}, {"queue_state", "active"}});
-  return reply(it->second.response);
+  const Future& f = it->second;
+  // A client that reads protobuf gets these two results as protobuf; errors stay JSON
+  // (the schema has no error message).
+  if (protobuf && !f.message.empty() && !f.response.contains("error")) {
+    HttpResponse r;
+    r.body = f.message == "SampleResponse" ? tinker::encode_sample_response(f.response)
+                                           : tinker::encode_forward_backward_output(f.response);
+    r.content_type = tinker::kProtobufType;
+    return r;
+  }
+  return reply(f.response);
 }
 
 void Service::finish(const std::string& request_id, json response) {
@@ -234,13 +309,32 @@ void Service::finish(const std::string& request_id, json response) {
   --pending_count_[it->second.owner];
 }
 
-HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
+HttpResponse Service::route(const HttpRequest& req, const std::string& owner, RequestHead* head) {
   const std::string& p = req.path;
   const std::string api = "/api/v1/";
   if (p.rfind(api, 0) != 0) throw ClientError(404, "no route " + p);
-  const std::string r = p.substr(api.size());
+  std::string r = p.substr(api.size());
   json body = json::object();
-  if (req.method == "POST") {
+  if (!req.content_encoding.empty() && req.content_encoding != "identity")
+    throw ClientError(415, "Content-Encoding '" + req.content_encoding +
+                               "' is not accepted: send the body as it is (client/config says proto_compress_fwdbwd: false)");
+  if (req.method == "POST" && says_protobuf(req.content_type)) {
+    // SDK 0.25+: forward_backward, and forward as forward_backward with forward_only.
+    if (r != "forward_backward")
+      throw ClientError(415, "a protobuf body is taken by forward_backward only; send " + r + " as JSON");
+    tinker::DecodedForwardBackward seen;
+    tinker::WireLimits limits;
+    limits.max_values = std::max<int64_t>(opt_.max_positions, 1);
+    try {
+      tinker::DecodedForwardBackward d = tinker::decode_forward_backward(req.body, limits, &seen);
+      body = std::move(d.body);
+      if (d.forward_only) r = "forward";
+    } catch (const Error&) {
+      head->model_id = seen.model_id;
+      head->seq = seen.seq_id;
+      throw;
+    }
+  } else if (req.method == "POST") {
     try {
       body = req.body.empty() ? json::object() : json::parse(req.body);
     } catch (const json::exception& e) {
@@ -248,6 +342,10 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     }
     if (!body.is_object()) throw ClientError(400, "the request body is not a JSON object");
   }
+  // The model and place in its order, read leniently: a request refused for any reason
+  // still spends its seq_id.
+  if (auto m = body.find("model_id"); m != body.end() && m->is_string()) head->model_id = m->get<std::string>();
+  if (auto q = body.find("seq_id"); q != body.end() && q->is_number_integer()) head->seq = q->get<int64_t>();
   auto post = [&](const char* route) { return req.method == "POST" && r == route; };
   auto owned_model = [&](const std::string& where) -> std::string {
     const std::string id = tinker::text(body, "model_id", where);
@@ -257,12 +355,19 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     return id;
   };
 
-  if (req.method == "GET" && r == "healthz") return reply({{"status", "ok"}});
   if (req.method == "GET" && r == "get_server_capabilities")
     return reply({{"supported_models", json::array({{{"model_name", opt_.base_model}}})}});
-  if (post("client/config"))
+  if (post("client/config")) {
+    // SDKs from 0.25 post forward_backward as protobuf whatever this says, and later ones
+    // check that the server says so; older ones would switch on it, and stay on JSON.
+    const std::vector<int> v = version_numbers(body.value("sdk_version", json("")).is_string()
+                                                   ? body.value("sdk_version", std::string())
+                                                   : std::string());
+    const bool proto = v >= std::vector<int>{0, 25};
     return reply({{"pjwt_auth_enabled", false}, {"use_pyqwest_transport", false}, {"parallel_fwdbwd_chunks", true},
-                  {"proto_compress_fwdbwd", false}, {"sample_no_retries", false}});
+                  {"proto_write_fwdbwd", proto}, {"proto_compress_fwdbwd", false}, {"sample_no_retries", false}});
+  }
+  if (post("client/dynamic_config")) return reply({{"refresh_interval_sec", 300}});
   if (post("telemetry")) return reply({{"status", "accepted"}});
   if (post("create_session")) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -332,7 +437,12 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     const std::string key = backward ? "forward_backward_input" : "forward_input";
     const json& input = tinker::object(body, key.c_str(), "");
     if (input.empty()) throw ClientError(400, key + ": required");
-    TinkerLoss loss = tinker::parse_loss(input.value("loss_fn", json()), input.value("loss_fn_config", json()), key);
+    // Later SDKs' loss_fn_config_v2 wins over the older map when both are sent.
+    const char* config_key = input.contains("loss_fn_config_v2") && !input["loss_fn_config_v2"].is_null()
+                                 ? "loss_fn_config_v2"
+                                 : "loss_fn_config";
+    const json config = input.value(config_key, json());
+    TinkerLoss loss = tinker::parse_loss(input.value("loss_fn", json()), config, key);
     auto data = input.find("data");
     if (data == input.end() || !data->is_array()) throw ClientError(400, key + ".data: required (a list of Datum)");
     for (size_t i = 0; i < data->size(); ++i) {  // every datum checked before anything queues
@@ -346,7 +456,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     Pending pd;
     pd.kind = r;
     pd.seq = tinker::integer(body, "seq_id", "", -1);
-    pd.op = {{"tenant", id}, {"loss", loss.name}, {"config", input.value("loss_fn_config", json())}, {"data", *data}};
+    pd.op = {{"tenant", id}, {"loss", loss.name}, {"config", config}, {"data", *data}};
     return enqueue(owner, id, std::move(pd));
   }
   if (post("optim_step")) {
@@ -390,12 +500,15 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
       if (path_exists(dir)) throw ClientError(409, "path: checkpoint '" + name + "' exists already (names are never overwritten)");
       for (const auto& [oid, m] : models_)
         for (const auto& q : m.queue)
-          if (q.info.value("dir", "") == dir) throw ClientError(409, "path: checkpoint '" + name + "' is being saved already");
+          if (q.dir == dir) throw ClientError(409, "path: checkpoint '" + name + "' is being saved already");
     }
     const std::string partial = RunStore::partial_of(dir);
     make_dirs(fs::path(dir).parent_path().string());
-    pd.info = {{"dir", dir}, {"partial", partial}, {"path", "tinker://" + id + "/" + kind + "/" + name},
-               {"session_only", session_only}, {"session", models_.at(id).session}};
+    pd.dir = dir;
+    pd.partial = partial;
+    pd.path = "tinker://" + id + "/" + kind + "/" + name;
+    pd.session_only = session_only;
+    pd.session = models_.at(id).session;
     if (sampler)
       pd.op = {{"op", "save_adapter"}, {"tenant", id}, {"dir", partial}, {"base_model", opt_.base_model}};
     else
@@ -417,7 +530,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     Pending pd;
     pd.kind = "load";
     pd.seq = tinker::integer(body, "seq_id", "", -1);
-    pd.info = {{"path", path}};
+    pd.path = path;
     pd.op = {{"op", "load_state"}, {"tenant", id}, {"dir", dir}, {"optimizer", tinker::boolean(body, "optimizer", "", false)}};
     return enqueue(owner, id, std::move(pd));
   }
@@ -510,14 +623,15 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner) {
     const uint64_t seed = sp.contains("seed") && !sp["seed"].is_null()
                               ? uint64_t(tinker::integer(sp, "seed", "sampling_params"))
                               : rng_() >> 1;
-    pd.info = {{"path", path}, {"dir", dir}};
+    pd.path = path;
+    pd.dir = dir;
     pd.op = {{"tenant", nullptr}, {"prompt", prompt}, {"num_samples", n}, {"seed", seed}, {"max_tokens", max_tokens},
              {"temperature", temperature}, {"top_k", top_k < 0 ? 0 : top_k}, {"top_p", top_p},
              {"stop_token_ids", stop_ids}, {"stop_sequences", stop_seqs},
              {"prompt_logprobs", tinker::boolean(body, "prompt_logprobs", "", false)}};
     return enqueue(owner, "", std::move(pd));
   }
-  if (post("retrieve_future")) return retrieve(owner, body);
+  if (post("retrieve_future")) return retrieve(owner, body, says_protobuf(req.accept));
   if (post("weights_info")) {
     std::lock_guard<std::mutex> lock(mu_);
     RunStore::Path cp;
@@ -661,13 +775,17 @@ json Service::next_program(double max_wait) {
     Model& m = models_.at(id);
     int last = -1;
     while (!m.queue.empty()) {
+      while (!m.refused.empty() && *m.refused.begin() <= m.next_seq) {  // spent seq_ids
+        if (*m.refused.begin() == m.next_seq) ++m.next_seq;
+        m.refused.erase(m.refused.begin());
+      }
       Pending& pd = m.queue.front();
       const bool gap = pd.seq > 0 && pd.seq > m.next_seq &&
                        std::chrono::duration<double>(now - pd.arrived).count() < opt_.seq_wait;
       const int phase = phase_of(pd.kind);
       if (gap || phase < last) break;
       last = phase;
-      if (pd.seq > 0) m.next_seq = pd.seq + 1;
+      if (pd.seq > 0) m.next_seq = std::max(m.next_seq, pd.seq + 1);
       Pending p = std::move(pd);
       m.queue.pop_front();
       if (p.kind == "forward" || p.kind == "forward_backward") {
@@ -677,13 +795,14 @@ json Service::next_program(double max_wait) {
         continue;
       }
       const std::string rid = p.request_id, kind = p.kind, model_id = id;
-      const json info = p.info;
-      add(phase, p.op, [this, rid, kind, model_id, info](const json& res) {
+      json op = std::move(p.op);
+      p.op = nullptr;
+      add(phase, std::move(op), [this, rid, kind, model_id, info = std::move(p)](const json& res) {
         if (res.contains("error")) {
           if (kind == "create") models_.at(model_id).unloaded = true;
-          if (info.contains("partial")) {
+          if (!info.partial.empty()) {
             std::error_code ec;
-            fs::remove_all(info.at("partial").get<std::string>(), ec);
+            fs::remove_all(info.partial, ec);
           }
           finish(rid, {{"error", res.at("error")}, {"category", res.value("category", "server")}});
           return;
@@ -692,25 +811,24 @@ json Service::next_program(double max_wait) {
           models_.at(model_id).loaded = true;
           finish(rid, {{"model_id", model_id}, {"type", "create_model"}});
         } else if (kind == "load") {
-          finish(rid, {{"path", info.at("path")}, {"type", "load_weights"}});
+          finish(rid, {{"path", info.path}, {"type", "load_weights"}});
         } else if (kind == "optim") {
           finish(rid, {{"metrics", {{"grad_norm:mean", res.at("result").at("grad_norm")}}}});
         } else if (kind == "save") {
-          finish(rid, {{"path", info.at("path")}, {"type", "save_weights"}});
+          finish(rid, {{"path", info.path}, {"type", "save_weights"}});
         } else if (kind == "save_sampler") {
           std::error_code ec;
-          fs::rename(info.at("partial").get<std::string>(), info.at("dir").get<std::string>(), ec);
+          fs::rename(info.partial, info.dir, ec);
           if (ec) {
             finish(rid, {{"error", "cannot put the saved adapter in place: " + ec.message()}, {"category", "server"}});
-          } else if (info.at("session_only").get<bool>()) {
+          } else if (info.session_only) {
             const std::string sid = new_id("sampler-");
-            const std::string session = info.at("session").get<std::string>();
-            sampling_[sid] = SamplingSession{models_.at(model_id).owner, session, "ephemeral:" + info.at("dir").get<std::string>(),
-                                             info.at("dir").get<std::string>()};
+            const std::string& session = info.session;
+            sampling_[sid] = SamplingSession{models_.at(model_id).owner, session, "ephemeral:" + info.dir, info.dir};
             if (sessions_.count(session)) sessions_.at(session).samplers.push_back(sid);
             finish(rid, {{"path", nullptr}, {"sampling_session_id", sid}, {"type", "save_weights_for_sampler"}});
           } else {
-            finish(rid, {{"path", info.at("path")}, {"type", "save_weights_for_sampler"}});
+            finish(rid, {{"path", info.path}, {"type", "save_weights_for_sampler"}});
           }
         } else if (kind == "unload") {
           models_.at(model_id).unloaded = true;
@@ -737,7 +855,7 @@ json Service::next_program(double max_wait) {
     while (!samples_.empty()) {
       Pending p = std::move(samples_.front());
       samples_.pop_front();
-      const std::string path = p.info.at("path");
+      const std::string path = p.path;
       if (!path.empty() && !needed.count(path) && !resident_.count(path) &&
           int64_t(needed.size()) >= opt_.sampler_slots) {
         later.push_back(std::move(p));
@@ -746,7 +864,7 @@ json Service::next_program(double max_wait) {
       if (!path.empty()) needed.insert(path);
       json op = p.op;
       op["path"] = path;
-      op["dir"] = p.info.at("dir");
+      op["dir"] = p.dir;
       requests.push_back(op);
       ids.push_back(p.request_id);
     }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -42,18 +43,23 @@ struct ServiceOptions {
   std::vector<std::string> lora_targets;  // the family's LoRA target names
   // Tokenizes a stop string (null: stop strings are refused; token ids still work).
   std::function<std::vector<int64_t>(const std::string&)> encode;
+  // One line per answered request: owner, method and route, status, milliseconds (null:
+  // none). Never the key or the body.
+  std::function<void(const std::string&)> access_log;
 };
 
 struct HttpRequest {
   std::string method, path;  // path without the query
   std::map<std::string, std::string> query;
   std::string api_key, idempotency_key, body;
+  std::string content_type, content_encoding, accept;  // the headers, as sent ("" when absent)
 };
 
 struct HttpResponse {
   int status = 200;
   std::string body;
   std::map<std::string, std::string> headers;
+  std::string content_type = "application/json";
 };
 
 class Service {
@@ -78,9 +84,17 @@ class Service {
   struct Future;
   struct Session;
   struct SamplingSession;
-  HttpResponse route(const HttpRequest& request, const std::string& owner);
+  // The model and seq_id a request names, known before the rest of it is checked.
+  struct RequestHead {
+    std::string model_id;
+    int64_t seq = -1;
+  };
+  HttpResponse answer(const HttpRequest& request, std::string* owner);
+  HttpResponse route(const HttpRequest& request, const std::string& owner, RequestHead* head);
   HttpResponse enqueue(const std::string& owner, const std::string& model_id, Pending pending);
-  HttpResponse retrieve(const std::string& owner, const nlohmann::json& body);
+  HttpResponse retrieve(const std::string& owner, const nlohmann::json& body, bool protobuf);
+  // A refused request's seq_id is spent: the model's later requests do not wait for it.
+  void spend_seq(const std::string& owner, const RequestHead& head);
   std::string new_id(const char* prefix);
   // The directory of a checkpoint `owner` owns, named by a tinker:// path (*out: its
   // parts). A malformed path throws glint::Error (400); one that does not exist or is
@@ -102,7 +116,8 @@ class Service {
   std::map<std::string, Future> futures_;
   std::map<std::string, SamplingSession> sampling_;
   std::deque<Pending> samples_;          // queued asample requests
-  std::map<std::string, std::string> idempotent_;  // owner + key -> response body
+  // owner + route + key -> the first answer (nullopt: still being handled)
+  std::map<std::string, std::optional<HttpResponse>> idempotent_;
   std::deque<std::string> idempotent_order_;
   std::map<std::string, int64_t> pending_count_;   // per owner
   // Sampler adapters loaded into the bank: tinker path -> tenant name, and their use.

@@ -269,3 +269,51 @@ put("model_config", "deepseek-v3-yarn.json", json.dumps({
                                           "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
                                           "type": "yarn"},
     "tie_word_embeddings": False, "torch_dtype": "bfloat16"}, indent=2))
+
+# protobuf forward_backward bodies (SDK 0.25) --------------------------------------------
+def pb_varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7f) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def pb_field(number, wire, payload):
+    if wire == 2:
+        return pb_varint(number << 3 | 2) + pb_varint(len(payload)) + payload
+    return pb_varint(number << 3 | wire) + payload
+
+
+def pb_tensor(values, dtype):
+    fmt = "<%df" % len(values) if dtype == 1 else "<%dq" % len(values)
+    return (pb_field(1, 2, struct.pack(fmt, *values)) + pb_field(3, 0, pb_varint(dtype)) +
+            pb_field(4, 2, pb_varint(len(values))))
+
+
+def pb_datum(tokens, inputs):
+    chunk = pb_field(1, 2, pb_field(1, 2, struct.pack("<%di" % len(tokens), *tokens)))
+    d = pb_field(1, 2, chunk)
+    for name, (values, dtype) in inputs.items():
+        d += pb_field(2, 2, pb_field(1, 2, name.encode()) + pb_field(2, 2, pb_tensor(values, dtype)))
+    return d
+
+
+def pb_request(model, seq, data, loss, config, forward_only):
+    m = pb_field(1, 2, model.encode()) + pb_field(2, 0, pb_varint(seq))
+    for d in data:
+        m += pb_field(3, 2, d)
+    m += pb_field(4, 2, loss.encode())
+    for k, v in config.items():
+        m += pb_field(5, 2, pb_field(1, 2, k.encode()) + pb_field(2, 1, struct.pack("<d", v)))
+    if forward_only:
+        m += pb_field(6, 0, b"\x01")
+    return m
+
+
+ce = pb_datum([101, 102, 103, 104], {"target_tokens": ([102, 103, 104, 105], 2), "weights": ([0, 1, 1, 1], 1)})
+put("tinker_wire", "cross-entropy", pb_request("model-1", 1, [ce], "cross_entropy", {}, False))
+put("tinker_wire", "forward-only", pb_request("model-1", 2, [ce, ce], "cross_entropy", {}, True))
+put("tinker_wire", "ppo", pb_request("model-1", 3, [pb_datum([1, 2, 3], {
+    "target_tokens": ([2, 3, 4], 2), "logprobs": ([-1.0, -2.0, -0.5], 1), "advantages": ([1.0, 0.0, -1.0], 1)})],
+    "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}, True))

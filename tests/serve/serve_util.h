@@ -19,6 +19,9 @@
 
 namespace glint::testing {
 
+// Two owners' API keys, for the tests' --api-keys files.
+inline const std::string kAlice = "tml-alice-0123456789", kBob = "tml-bob-0123456789";
+
 struct ServeProcess {
   pid_t pid = -1;
   int port = 0;
@@ -87,6 +90,38 @@ class TinkerClient {
     httplib::Headers h;
     if (!key_.empty()) h.emplace("X-API-Key", key_);
     return reply(http_.Post(("/api/v1/" + route).c_str(), h, body, "application/json"));
+  }
+  // A body of any type, and the answer as it came: status, bytes, Content-Type.
+  struct Raw {
+    int status = 0;
+    std::string body, content_type;
+  };
+  Raw post_bytes(const std::string& route, const std::string& body, const std::string& content_type,
+                 const std::string& accept = "application/json", const httplib::Headers& extra = {}) {
+    httplib::Headers h = extra;
+    if (!key_.empty()) h.emplace("X-API-Key", key_);
+    h.emplace("Accept", accept);
+    Raw r;
+    auto res = http_.Post(("/api/v1/" + route).c_str(), h, body, content_type.c_str());
+    if (!res) return r;
+    r.status = res->status;
+    r.body = res->body;
+    r.content_type = res->get_header_value("Content-Type");
+    return r;
+  }
+  // Polls a future as SDK 0.25 does for results it reads as protobuf (Accept:
+  // application/x-protobuf only) until it is not try_again.
+  Raw wait_accepting(const std::string& request_id, const std::string& accept) {
+    for (int i = 0; i < 100000; ++i) {
+      Raw r = post_bytes("retrieve_future", nlohmann::json({{"request_id", request_id}, {"allow_metadata_only", true}}).dump(),
+                         "application/json", accept);
+      if (r.status == 200 && r.content_type.find("json") != std::string::npos &&
+          nlohmann::json::parse(r.body, nullptr, false).value("type", "") == "try_again")
+        continue;
+      return r;
+    }
+    ADD_FAILURE() << "future never finished";
+    return {};
   }
   Reply get(const std::string& route) {
     httplib::Headers h;

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "data/tokenizer.h"
+#include "serve/proto_util.h"
 #include "serve/serve_util.h"
 #include "serve/service.h"
 
@@ -26,7 +27,8 @@ using glint::testing::ServeProcess;
 using glint::testing::TinkerClient;
 using json = nlohmann::json;
 
-const std::string kAlice = "tml-alice-0123456789", kBob = "tml-bob-0123456789";
+using glint::testing::kAlice;
+using glint::testing::kBob;
 
 // One server for the suite: two owners, three model slots, a 1 MB body limit.
 class Service : public ::testing::Test {
@@ -218,6 +220,125 @@ TEST_F(Service, EveryRouteWithTheSdksShapesAndDefaults) {
   // unload_model: the model's requests are refused after.
   EXPECT_EQ(c.call("unload_model", {{"model_id", id}})["model_id"], id);
   EXPECT_EQ(c.post("forward_backward", forward_body(id, {ce_datum(seq_a, 1.0)})).status, 400);
+}
+
+// What SDK 0.25 sends and reads: forward_backward and forward posted as protobuf, the
+// results of forward, forward_backward, sample and compute_logprobs read back as
+// protobuf; JSON for everything else. Each protobuf result equals the JSON result of the
+// same request (float32 of the same numbers).
+TEST_F(Service, ASdk0_25SessionIsProtobufWhereItAsksAndJsonElsewhere) {
+  namespace proto = glint::testing::proto;
+  const std::string pb = "application/x-protobuf";
+  TinkerClient c(server_->port, kAlice);
+  EXPECT_EQ(c.post("client/config", {{"sdk_version", "0.25.0"}}).body["proto_write_fwdbwd"], true);
+  EXPECT_EQ(c.post("client/config", {{"sdk_version", "0.24.1"}}).body["proto_write_fwdbwd"], false);
+  EXPECT_EQ(c.post("client/dynamic_config", {{"sdk_version", "0.25.0"}}).body["refresh_interval_sec"], 300);
+  const std::string session = c.session();
+  const std::string id = c.create_model(session, base(c), 2, 11);
+  const std::vector<int64_t> ids = {5, 3, 8, 1, 9, 2};
+  const std::vector<int64_t> in(ids.begin(), ids.end() - 1);
+  const std::vector<int64_t> target_ids(ids.begin() + 1, ids.end());
+  std::vector<double> target(ids.begin() + 1, ids.end()), weights(in.size(), 1.0);
+  weights[0] = 0;
+  const std::string datum = proto::datum(in, {{"target_tokens", target}, {"weights", weights}});
+  auto fbo_logprobs = [&](const TinkerClient::Raw& r, double* loss) {
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.content_type, pb) << r.body;
+    const proto::Fields out = proto::parse(r.body);
+    const proto::Fields rec = proto::parse(out.one(2));
+    EXPECT_EQ(rec.number(3), 1u);  // num_datums
+    const proto::Fields entry = proto::parse(rec.one(2));
+    EXPECT_EQ(entry.one(1), "logprobs");
+    const proto::Fields batch = proto::parse(entry.one(2));
+    EXPECT_EQ(proto::values<int64_t>(batch.one(2)), std::vector<int64_t>({0, int64_t(4 * in.size())}));
+    const proto::Fields metric = proto::parse(out.one(3));
+    EXPECT_EQ(metric.one(1), "loss:sum");
+    *loss = proto::as_double(metric.one(2));
+    return proto::values<float>(batch.one(1));
+  };
+  // forward(): a protobuf POST with forward_only; the future is JSON, its result protobuf.
+  TinkerClient::Raw posted =
+      c.post_bytes("forward_backward", proto::forward_backward(id, 1, {datum}, "cross_entropy", {}, true), pb);
+  ASSERT_EQ(posted.status, 200) << posted.body;
+  EXPECT_NE(posted.content_type.find("json"), std::string::npos);
+  const json future = json::parse(posted.body);
+  double fwd_loss = 0;
+  const std::vector<float> lp = fbo_logprobs(c.wait_accepting(future["request_id"], pb), &fwd_loss);
+  // The same forward in JSON (0.24), read as JSON.
+  json j = c.call("forward", {{"model_id", id}, {"seq_id", 2},
+                              {"forward_input",
+                               {{"data", {{{"model_input", {{"chunks", {{{"type", "encoded_text"}, {"tokens", in}}}}}},
+                                           {"loss_fn_inputs", {{"target_tokens", {{"data", target_ids}, {"dtype", "int64"}}},
+                                                               {"weights", {{"data", weights}, {"dtype", "float32"}}}}}}}},
+                                {"loss_fn", "cross_entropy"}}}});
+  const std::vector<double> lp_json = j["loss_fn_outputs"][0]["logprobs"]["data"];
+  ASSERT_EQ(lp.size(), lp_json.size());
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_EQ(lp[i], float(lp_json[i])) << i;
+  EXPECT_EQ(fwd_loss, j["metrics"]["loss:sum"].get<double>());
+  double expect_loss = 0;
+  for (size_t i = 0; i < lp.size(); ++i) expect_loss -= weights[i] * lp_json[i];
+  EXPECT_NEAR(fwd_loss, expect_loss, 1e-12);
+  // forward_backward in protobuf, optim_step in JSON (its result JSON even when protobuf
+  // is accepted: the SDK asks for it only for the two protobuf types).
+  TinkerClient::Raw fb =
+      c.post_bytes("forward_backward", proto::forward_backward(id, 3, {datum}, "cross_entropy", {}, false), pb);
+  ASSERT_EQ(fb.status, 200) << fb.body;
+  double fb_loss = 0;
+  fbo_logprobs(c.wait_accepting(json::parse(fb.body)["request_id"], pb + ", application/json"), &fb_loss);
+  EXPECT_EQ(fb_loss, fwd_loss);
+  Reply opt = c.post("optim_step", {{"model_id", id}, {"seq_id", 4}, {"adam_params", {{"learning_rate", 0.01}}}});
+  TinkerClient::Raw opt_result = c.wait_accepting(opt.body["request_id"], pb);
+  EXPECT_NE(opt_result.content_type.find("json"), std::string::npos);
+  EXPECT_GT(json::parse(opt_result.body)["metrics"]["grad_norm:mean"].get<double>(), 0);
+  // A loss with its config (ppo's clip thresholds) through protobuf, as forward().
+  const std::string ppo = proto::datum(in, {{"target_tokens", target}, {"logprobs", std::vector<double>(in.size(), -2.0)},
+                                            {"advantages", std::vector<double>(in.size(), 1.0)}});
+  TinkerClient::Raw ppo_post = c.post_bytes(
+      "forward_backward", proto::forward_backward(id, 5, {ppo}, "ppo", {{"clip_low_threshold", 0.5}}, true), pb);
+  ASSERT_EQ(ppo_post.status, 200) << ppo_post.body;
+  double ppo_loss = 0;
+  fbo_logprobs(c.wait_accepting(json::parse(ppo_post.body)["request_id"], pb), &ppo_loss);
+  EXPECT_TRUE(std::isfinite(ppo_loss));
+
+  // sample and compute_logprobs: JSON posts, SampleResponse results equal to the JSON ones.
+  const std::string saved = c.call("save_weights_for_sampler", {{"model_id", id}, {"path", "pb"}, {"seq_id", 6}})["path"];
+  const json sample_req = {{"model_path", saved}, {"prompt", {{"chunks", {{{"tokens", {1, 2, 3}}}}}}}, {"num_samples", 3},
+                           {"sampling_params", {{"max_tokens", 4}, {"seed", 17}}}};
+  Reply sp = c.post("asample", sample_req);
+  const proto::Fields sr = proto::parse(c.wait_accepting(sp.body["request_id"], pb).body);
+  const json sj = c.call("asample", sample_req);
+  const std::vector<std::string> seqs = sr.all(1);
+  ASSERT_EQ(seqs.size(), 3u);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const proto::Fields s = proto::parse(seqs[i]);
+    EXPECT_EQ(s.number(1), sj["sequences"][i]["stop_reason"] == "length" ? 1u : 0u);
+    const std::vector<int32_t> tokens = proto::values<int32_t>(s.one(2));
+    EXPECT_EQ(std::vector<int64_t>(tokens.begin(), tokens.end()), sj["sequences"][i]["tokens"].get<std::vector<int64_t>>());
+    const std::vector<float> slp = proto::values<float>(s.one(3));
+    ASSERT_EQ(slp.size(), tokens.size());
+    for (size_t k = 0; k < slp.size(); ++k) EXPECT_EQ(slp[k], float(sj["sequences"][i]["logprobs"][k].get<double>()));
+  }
+  EXPECT_FALSE(sr.has(2));  // prompt_logprobs: not asked for
+  json lp_req = {{"model_path", saved}, {"prompt", {{"chunks", {{{"tokens", {4, 5, 6}}}}}}}, {"num_samples", 1},
+                 {"prompt_logprobs", true}, {"sampling_params", {{"max_tokens", 1}}}};
+  const proto::Fields lpr = proto::parse(c.wait_accepting(c.post("asample", lp_req).body["request_id"], pb).body);
+  const std::vector<float> prompt_lp = proto::values<float>(lpr.one(2));
+  ASSERT_EQ(prompt_lp.size(), 3u);
+  EXPECT_TRUE(std::isnan(prompt_lp[0]));  // the SDK's None
+  EXPECT_LT(prompt_lp[1], 0);
+
+  // Refusals stay JSON with the field named: a malformed body, a protobuf body elsewhere,
+  // a compressed body.
+  TinkerClient::Raw bad = c.post_bytes("forward_backward", std::string("\x0a\x07model"), pb);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(json::parse(bad.body)["error"].get<std::string>().find("ForwardBackwardRequest.model_id"), std::string::npos)
+      << bad.body;
+  TinkerClient::Raw elsewhere = c.post_bytes("optim_step", "\x0a\x01m", pb);
+  EXPECT_EQ(elsewhere.status, 415) << elsewhere.body;
+  TinkerClient::Raw zstd = c.post_bytes("forward_backward", "(\xb5/\xfd", pb, pb, {{"Content-Encoding", "zstd"}});
+  EXPECT_EQ(zstd.status, 415) << zstd.body;
+  EXPECT_NE(zstd.body.find("proto_compress_fwdbwd"), std::string::npos) << zstd.body;
+  c.call("unload_model", {{"model_id", id}});
 }
 
 TEST_F(Service, TrainMlpAndTrainAttnChooseTheAdaptedProjections) {
@@ -639,6 +760,23 @@ TEST(ServiceFaults, ServerStartsOnlyWithKeysOrLoopbackWithoutThem) {
   glint::testing::RunResult bad = run("--api-keys " + dir + "/keys");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("tml-"), std::string::npos) << bad.output;
+}
+
+TEST(ServiceFaults, ASecondServerOnAPortInUseIsRefused) {
+  const std::string dir = glint::testing::fresh_temp_dir("serve_port");
+  const std::string model = glint::testing::make_model(dir);
+  ServeProcess first;
+  first.start_server(dir, "--model " + model + " --state-dir " + dir + "/a --insecure-no-auth");
+  // `timeout`: a second server that did start would otherwise serve until killed.
+  glint::testing::RunResult second = glint::testing::run(
+      "timeout 60 " + glint::testing::glint_bin() + " serve --model " + model + " --state-dir " + dir +
+      "/b --insecure-no-auth --port " + std::to_string(first.port));
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.exit_code, 124) << "the second server started: " << second.output;
+  EXPECT_NE(second.output.find("port is in use"), std::string::npos) << second.output;
+  // The first one still answers, alone.
+  EXPECT_EQ(TinkerClient(first.port).get("healthz").status, 200);
+  EXPECT_EQ(first.stop(), 0);
 }
 
 TEST(ServiceFaults, KilledWhileSavingRestartsWithEveryCompleteCheckpoint) {
