@@ -82,13 +82,18 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--state-dir", svc->state_dir, "training runs and checkpoints (kept across restarts)")->required();
   cmd->add_option("--api-keys", args->api_keys, "file of 'KEY OWNER' lines (keys start with tml-)");
   cmd->add_flag("--insecure-no-auth", args->insecure, "serve without API keys (only on a loopback address)");
-  cmd->add_option("--max-tenants", svc->max_tenants, "trained models loaded at once")->capture_default_str();
   cmd->add_option("--max-rank", svc->max_rank, "largest LoRA rank a model may ask for")->capture_default_str();
   cmd->add_option("--sampler-slots", svc->sampler_slots, "sampler adapters kept loaded")->capture_default_str();
   cmd->add_option("--max-pending", svc->max_pending, "queued requests per owner before 429")->capture_default_str();
   cmd->add_option("--max-body-mb", args->max_body_mb, "largest request body (413 beyond)")->capture_default_str();
-  cmd->add_option("--session-timeout", svc->session_timeout, "seconds without heartbeat before a session's models "
-                                                             "unload")->capture_default_str();
+  cmd->add_option("--max-tenants", svc->max_tenants, "trained models in slots at once; the others wait on disk, "
+                                                     "paged out least recently used first")
+      ->capture_default_str();
+  cmd->add_option("--session-timeout", svc->session_timeout, "seconds without heartbeat before a session ends (its "
+                                                             "models stay)")->capture_default_str();
+  cmd->add_option("--idle-release", svc->idle_release, "seconds a model's client may be silent (no request, no "
+                                                       "heartbeat) before its model leaves its slot for disk")
+      ->capture_default_str();
   cmd->add_option("--poll-seconds", svc->poll_seconds, "retrieve_future long-poll")->capture_default_str();
   cmd->add_option("--cycle-window-ms", args->cycle_window_ms, "a cycle waits this long for other tenants' requests")
       ->capture_default_str();
@@ -165,6 +170,7 @@ Action add_serve(CLI::App& app) {
           std::cerr << when << " " << line << "\n";
         };
       }
+      svc->log = [](const std::string& line) { std::cerr << "glint serve: " << line << "\n"; };
       service = std::make_unique<Service>(*svc);
       http = std::make_unique<HttpServer>(*service, args->max_body_mb << 20, args->http_threads);
       const int port = http->bind(args->host, args->port);
@@ -183,10 +189,13 @@ Action add_serve(CLI::App& app) {
         program = service->next_program(0.5);
       }
       if (comm->size() > 1) program = nlohmann::json::parse(comm->broadcast_text(lead ? program.dump() : "", 0));
-      if (program.value("shutdown", false)) break;
-      if (program.at("ops").empty()) continue;
+      if (program.at("ops").empty()) {
+        if (program.value("shutdown", false)) break;
+        continue;
+      }
       nlohmann::json results = executor.run(program);
       if (lead) service->complete(results);
+      if (program.value("shutdown", false)) break;  // its models were paged out to disk
     }
     if (lead) {
       http->stop();

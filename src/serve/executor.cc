@@ -11,6 +11,24 @@
 
 namespace glint {
 
+namespace {
+
+// The tenant an "add" or "page_in" operation names: {tenant, lora, seed}.
+TenantOptions tenant_options(const nlohmann::json& op) {
+  TenantOptions t;
+  t.name = op.at("tenant").get<std::string>();
+  const nlohmann::json& l = op.at("lora");
+  t.lora.r = l.at("r").get<int64_t>();
+  t.lora.alpha = l.at("alpha").get<double>();
+  t.lora.use_rslora = l.value("rslora", false);
+  t.lora.target_modules = l.at("target_modules").get<std::vector<std::string>>();
+  t.lora.target_parameters = l.at("target_parameters").get<std::vector<std::string>>();
+  t.seed = op.at("seed").get<uint64_t>();
+  return t;
+}
+
+}  // namespace
+
 nlohmann::json CycleExecutor::run(const nlohmann::json& program) {
   nlohmann::json results = nlohmann::json::array();
   for (const nlohmann::json& op : program.at("ops")) {
@@ -18,15 +36,7 @@ nlohmann::json CycleExecutor::run(const nlohmann::json& program) {
     try {
       nlohmann::json r;
       if (kind == "add") {
-        TenantOptions t;
-        t.name = op.at("tenant").get<std::string>();
-        const nlohmann::json& l = op.at("lora");
-        t.lora.r = l.at("r").get<int64_t>();
-        t.lora.alpha = l.at("alpha").get<double>();
-        t.lora.use_rslora = l.value("rslora", false);
-        t.lora.target_modules = l.at("target_modules").get<std::vector<std::string>>();
-        t.lora.target_parameters = l.at("target_parameters").get<std::vector<std::string>>();
-        t.seed = op.at("seed").get<uint64_t>();
+        const TenantOptions t = tenant_options(op);
         trainer_.add_service_tenant(t, op.at("trainable").get<bool>());
         if (op.contains("adapter_dir")) {  // a saved adapter's weights, or no tenant at all
           try {
@@ -38,6 +48,21 @@ nlohmann::json CycleExecutor::run(const nlohmann::json& program) {
         }
       } else if (kind == "remove") {
         trainer_.remove_service_tenant(op.at("tenant").get<std::string>());
+      } else if (kind == "page_out") {
+        // Its whole state, gradients included, then its slot; a failed save keeps it.
+        const std::string tenant = op.at("tenant");
+        trainer_.save_service_state(tenant, op.at("dir"), /*optimizer=*/true, /*gradients=*/true);
+        trainer_.remove_service_tenant(tenant);
+      } else if (kind == "page_in") {
+        const TenantOptions t = tenant_options(op);
+        trainer_.add_service_tenant(t, /*trainable=*/true);
+        try {
+          trainer_.load_service_state(t.name, op.at("dir"), /*optimizer=*/true, /*gradients=*/true);
+        } catch (...) {
+          trainer_.remove_service_tenant(t.name);
+          throw;
+        }
+        r = {{"step", trainer_.service_steps_taken(t.name)}};
       } else if (kind == "load_state") {
         trainer_.load_service_state(op.at("tenant"), op.at("dir"), op.at("optimizer").get<bool>());
       } else if (kind == "forward") {

@@ -6,6 +6,10 @@
 //                 trainable, adapter_dir?}: a fresh adapter, or a saved PEFT adapter's
 //   remove        {tenant}
 //   load_state    {tenant, dir, optimizer}: a saved tenant state (train/checkpoint.h form)
+//   page_out      {tenant, dir}: its whole state (optimizer and accumulated gradients) into
+//                 dir, then its slot freed (kept when the save fails)
+//   page_in       {tenant, lora, seed, dir}: a tenant back from page_out's dir, exactly
+//                 as it left ({step}: its optimizer steps)
 //   forward       {backward, items:[{tenant, loss, config, data:[Datum...]}]}: every item's
 //                 datums in one mixed-tenant forward (and backward)
 //   optim         {tenant, adam:{learning_rate, beta1, beta2, eps, weight_decay, grad_clip_norm}}

@@ -42,7 +42,44 @@ RunStore::RunStore(std::string state_dir) : root_(std::move(state_dir) + "/runs"
       for (const auto& e : fs::directory_iterator(run.path() / kind, ec))
         if (hidden(e.path())) fs::remove_all(e.path(), ec);
     fs::remove_all(run.path() / "ephemeral", ec);  // the sampling sessions they served ended with the process
+    // Paged states but the one state.json names (a process stopped between writing a
+    // new one and removing the old one, or while writing).
+    const json st = model_state(run.path().filename().string());
+    const std::string keep = st.is_object() && st.value("state", "") == "paged" ? st.value("dir", "") : "";
+    for (const auto& e : fs::directory_iterator(run.path() / "paged", ec))
+      if (e.path().string() != keep) fs::remove_all(e.path(), ec);
   }
+}
+
+void RunStore::write_model_state(const std::string& id, const json& state) {
+  json st = state;  // a directory is kept relative to the run: the state dir may move
+  const std::string prefix = run_dir(id) + "/";
+  if (st.contains("dir") && st["dir"].get<std::string>().rfind(prefix, 0) == 0)
+    st["dir"] = st["dir"].get<std::string>().substr(prefix.size());
+  write_text_atomic(run_dir(id) + "/state.json", st.dump());
+}
+
+json RunStore::model_state(const std::string& id) const {
+  const std::string path = run_dir(id) + "/state.json";
+  if (!path_exists(path)) return nullptr;
+  try {
+    json st = read_json_file(path);
+    if (!st.is_object()) return nullptr;
+    if (auto d = st.find("dir"); d != st.end()) {
+      if (!d->is_string() || d->get<std::string>().find("..") != std::string::npos) return nullptr;
+      *d = run_dir(id) + "/" + d->get<std::string>();
+    }
+    return st;
+  } catch (const Error&) {
+    return nullptr;  // unreadable: as if absent (the model is refused, with the reason)
+  } catch (const json::exception&) {
+    return nullptr;
+  }
+}
+
+std::string RunStore::new_paged_dir(const std::string& id, const std::string& name) const {
+  make_dirs(run_dir(id) + "/paged");
+  return run_dir(id) + "/paged/" + name;
 }
 
 std::string RunStore::run_dir(const std::string& id) const { return root_ + "/" + id; }

@@ -4,6 +4,8 @@
 //   runs/<model_id>/weights/<name>/          a tenant state (train/checkpoint.h form)
 //   runs/<model_id>/sampler_weights/<name>/  a PEFT adapter
 //   runs/<model_id>/ephemeral/<n>/           adapters saved only to sample from (unlisted)
+//   runs/<model_id>/paged/<name>/            a model's whole state while it holds no slot
+//   runs/<model_id>/state.json               where the model's state is (model_state)
 //
 // A checkpoint is written under the hidden name ".<name>.partial" beside its final one
 // and renamed when whole; opening the store removes hidden leftovers of a crash, so every
@@ -26,6 +28,17 @@ class RunStore {
   // run.json of `id` when it exists and `owner` owns it, else null.
   nlohmann::json owned_run(const std::string& owner, const std::string& id) const;
   std::vector<std::string> runs_of(const std::string& owner) const;  // sorted
+  // Where a model's state is, for this process and a later one (state.json, atomically):
+  //   {"state": "fresh"}                      never changed: recreated from its seed
+  //   {"state": "training", "step"}           in a slot, changed since it was last paged
+  //                                           out: lost if the process dies
+  //   {"state": "paged", "dir", "step", "next_seq"}  whole, in dir
+  //   {"state": "unloaded"}
+  // model_state is null when there is none (or it cannot be read).
+  void write_model_state(const std::string& id, const nlohmann::json& state);
+  nlohmann::json model_state(const std::string& id) const;
+  // A directory to page model `id` out into (its parent made).
+  std::string new_paged_dir(const std::string& id, const std::string& name) const;
   // The Tinker API's TrainingRun and Checkpoint objects.
   nlohmann::json training_run(const std::string& id) const;
   nlohmann::json checkpoints(const std::string& id) const;

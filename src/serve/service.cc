@@ -61,12 +61,16 @@ std::vector<int> version_numbers(const std::string& v) {
 // 5xx are retried by the SDK with the same seq_id.)
 bool final_refusal(int status) { return status >= 400 && status < 500 && status != 408 && status != 409 && status != 429; }
 
+// A cycle's operations run in phases: models paged out (0) before others take their
+// slots (1: created, paged in, loaded), then forward passes (2), updates (3), saves (4),
+// sampling (5), unloads (6). A model's requests keep their order across the phases.
+constexpr int kPhases = 7;
 int phase_of(const std::string& kind) {
-  if (kind == "create" || kind == "load") return 0;
-  if (kind == "forward" || kind == "forward_backward") return 1;
-  if (kind == "optim") return 2;
-  if (kind == "save" || kind == "save_sampler") return 3;
-  return 5;  // unload
+  if (kind == "create" || kind == "load") return 1;
+  if (kind == "forward" || kind == "forward_backward") return 2;
+  if (kind == "optim") return 3;
+  if (kind == "save" || kind == "save_sampler") return 4;
+  return 6;  // unload
 }
 
 }  // namespace
@@ -89,7 +93,16 @@ struct Service::Model {
   std::string owner, session;
   json lora;  // {r, alpha, target_modules, target_parameters, train_mlp, train_attn, train_unembed}
   uint64_t seed = 0;
-  bool loaded = false, unloaded = false;
+  bool unloaded = false;
+  // Its state is in a slot of the tenant bank (resident), or in `paged` on disk, or
+  // neither while its creation is queued.
+  bool resident = false;
+  std::string paged;     // the newest page_out directory ("" when none)
+  bool changed = false;  // trained since it was created or paged in
+  int64_t step = 0;      // optimizer steps taken
+  uint64_t last_use = 0;
+  Clock::time_point last_request = Clock::now();
+  std::string message;   // said with the next request's answer (how a revived model continues)
   std::deque<Pending> queue;
   int64_t next_seq = 1;
   std::set<int64_t> refused;  // seq_ids of refused requests: spent, never waited for
@@ -254,6 +267,7 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
   if (model_id.empty()) {
     samples_.push_back(std::move(p));
   } else {
+    models_.at(model_id).last_request = Clock::now();
     auto& q = models_.at(model_id).queue;
     // Ordered by seq_id (requests without one after, in arrival order).
     auto pos = q.end();
@@ -263,7 +277,11 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
   }
   work_cv_.notify_all();
   json body = {{"request_id", id}};
-  if (!model_id.empty()) body["model_id"] = model_id;
+  if (!model_id.empty()) {
+    body["model_id"] = model_id;
+    Model& m = models_.at(model_id);
+    if (!m.message.empty()) body["message"] = std::exchange(m.message, "");
+  }
   return reply(body);
 }
 
@@ -350,6 +368,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
   auto owned_model = [&](const std::string& where) -> std::string {
     const std::string id = tinker::text(body, "model_id", where);
     auto it = models_.find(id);
+    if (it == models_.end() && revive(owner, id)) it = models_.find(id);
     if (it == models_.end() || it->second.owner != owner) throw ClientError(404, "no model '" + id + "'");
     if (it->second.unloaded) throw ClientError(400, "model '" + id + "' is unloaded");
     return id;
@@ -400,10 +419,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
     const json& cfg = tinker::object(body, "lora_config", "");
     if (cfg.empty()) throw ClientError(400, "lora_config: required (glint trains LoRA adapters)");
     json lora = lora_json(cfg, "lora_config");
-    int64_t live = 0;
-    for (const auto& [id, m] : models_) live += !m.unloaded;
-    if (live >= opt_.max_tenants)
-      throw ClientError(429, "all " + std::to_string(opt_.max_tenants) + " model slots are in use; retry later");
+    // No limit on models: those beyond the bank's slots wait on disk (paged out).
     const std::string id = new_id("run-");
     Model m;
     m.owner = owner;
@@ -705,26 +721,95 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
 }
 
 void Service::expire_sessions() {
-  // The caller holds mu_. A session silent past the timeout ends; its loaded models are
-  // unloaded (their checkpoints stay).
+  // The caller holds mu_. A session silent past the timeout ends with its sampling
+  // sessions; its models stay, on disk once paged out, and answer their next request.
   const auto now = Clock::now();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (std::chrono::duration<double>(now - it->second.seen).count() < opt_.session_timeout) {
       ++it;
       continue;
     }
-    for (const auto& id : it->second.models) {
-      auto m = models_.find(id);
-      if (m == models_.end() || m->second.unloaded) continue;
-      Pending pd;
-      pd.kind = "unload";
-      pd.owner = m->second.owner;
-      pd.op = {{"op", "remove"}, {"tenant", id}};
-      m->second.queue.push_back(std::move(pd));
-    }
     for (const auto& sid : it->second.samplers) sampling_.erase(sid);
     it = sessions_.erase(it);
   }
+}
+
+bool Service::revive(const std::string& owner, const std::string& id) {
+  // The caller holds mu_. A model of an earlier process of this server, known from its
+  // run on disk, continues from the state it left there.
+  const json run = store_.owned_run(owner, id);
+  if (run.is_null()) return false;
+  const json st = store_.model_state(id);
+  const std::string state = st.is_object() ? st.value("state", "") : "";
+  Model m;
+  m.owner = owner;
+  m.lora = run.at("lora");
+  m.seed = run.at("seed").get<uint64_t>();
+  if (state == "paged" && path_exists(st.value("dir", ""))) {
+    m.paged = st.at("dir");
+    m.step = st.value("step", int64_t(0));
+    m.next_seq = st.value("next_seq", int64_t(1));
+    m.message = "model " + id + " continues from its state at step " + std::to_string(m.step) +
+                ", which an earlier process of this server paged out";
+  } else if (state == "fresh") {
+    Pending pd;  // never trained: its adapter is made again from its seed
+    pd.kind = "create";
+    pd.owner = owner;
+    pd.op = {{"op", "add"}, {"tenant", id}, {"lora", m.lora}, {"seed", m.seed + 2}, {"trainable", true}};
+    m.queue.push_back(std::move(pd));
+    m.message = "model " + id + " continues from its initial state (it was not trained before the server restarted)";
+  } else if (state == "unloaded") {
+    m.unloaded = true;
+  } else {
+    json newest = nullptr;
+    for (const auto& c : store_.checkpoints(id))
+      if (c.at("checkpoint_type") == "training" && (newest.is_null() || newest.at("time") <= c.at("time"))) newest = c;
+    std::string how = newest.is_null()
+                          ? "it has no saved checkpoints: create a new model"
+                          : "continue from its newest checkpoint, " + newest.at("tinker_path").get<std::string>() +
+                                " (create_training_client_from_state, or create_model and load_weights with it)";
+    throw ClientError(410, "model '" + id + "' was in memory when the server stopped" +
+                               (state == "training" ? " (after step " + std::to_string(st.value("step", int64_t(0))) + ")"
+                                                    : std::string()) +
+                               ", and its state since was lost; " + how);
+  }
+  if (!m.message.empty() && opt_.log) opt_.log(m.message);
+  models_[id] = std::move(m);
+  model_order_.push_back(id);
+  return true;
+}
+
+void Service::mark_changed(const std::string& id) {
+  // The caller holds mu_. The model's state on disk is older than the one in its slot.
+  Model& m = models_.at(id);
+  if (m.changed) return;
+  m.changed = true;
+  store_.write_model_state(id, {{"state", "training"}, {"step", m.step}});
+}
+
+std::function<void(const json&)> Service::page_out(const std::string& id, json* op) {
+  // The caller holds mu_. The model's slot is free once the operation ran; a failed save
+  // keeps it where it was.
+  Model& m = models_.at(id);
+  const std::string dir = store_.new_paged_dir(id, new_id("p-"));
+  *op = {{"op", "page_out"}, {"tenant", id}, {"dir", dir}};
+  m.resident = false;
+  return [this, id, dir](const json& res) {
+    Model& m = models_.at(id);
+    if (res.contains("error")) {
+      m.resident = true;
+      if (opt_.log) opt_.log("cannot page model " + id + " out: " + res.at("error").get<std::string>());
+      return;
+    }
+    const std::string old = m.paged;
+    m.paged = dir;
+    m.changed = false;
+    store_.write_model_state(id, {{"state", "paged"}, {"dir", dir}, {"step", m.step}, {"next_seq", m.next_seq}});
+    if (!old.empty() && old != dir) {
+      std::error_code ec;
+      fs::remove_all(old, ec);
+    }
+  };
 }
 
 json Service::next_program(double max_wait) {
@@ -736,7 +821,19 @@ json Service::next_program(double max_wait) {
     return false;
   };
   work_cv_.wait_for(lock, std::chrono::duration<double>(max_wait), has_work);
-  if (stopping_) return {{"shutdown", true}};
+  in_flight_done_.clear();
+  if (stopping_) {
+    // The last program: every model in a slot goes to disk, so that a restart continues it.
+    json ops = json::array();
+    for (const std::string& id : model_order_) {
+      Model& m = models_.at(id);
+      if (!m.resident || m.unloaded) continue;
+      json op;
+      in_flight_done_.push_back(page_out(id, &op));
+      ops.push_back(op);
+    }
+    return {{"ops", ops}, {"shutdown", true}};
+  }
   if (has_work() && opt_.cycle_window > 0) {  // let the other tenants' requests of this cycle arrive
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::duration<double>(opt_.cycle_window));
@@ -746,9 +843,8 @@ json Service::next_program(double max_wait) {
   // A result not fetched within an hour is dropped (retrieve_future: 404).
   for (auto it = futures_.begin(); it != futures_.end();)
     it = it->second.done && Clock::now() - it->second.finished > std::chrono::hours(1) ? futures_.erase(it) : std::next(it);
-  in_flight_done_.clear();
-  std::vector<json> phases[6];
-  std::vector<std::function<void(const json&)>> phase_done[6];
+  std::vector<json> phases[kPhases];
+  std::vector<std::function<void(const json&)>> phase_done[kPhases];
   json items[2] = {json::array(), json::array()};  // forward, forward_backward
   std::vector<std::string> item_ids[2];
   auto add = [&](int phase, json op, std::function<void(const json&)> done) {
@@ -771,6 +867,40 @@ json Service::next_program(double max_wait) {
     };
   };
   const auto now = Clock::now();
+  std::set<std::string> busy;  // models with work in this cycle: they keep their slots
+  int64_t resident = 0;
+  for (const auto& [id, m] : models_) resident += m.resident;
+  // A slot for model `id`: a free one, else that of the least recently used resident
+  // model with nothing queued, paged out first (phase 0). None: `id` waits for a later
+  // cycle (the models in slots run their queued work meanwhile, and then are idle).
+  auto take_slot = [&](const std::string& id) {
+    if (resident < opt_.max_tenants) {
+      ++resident;
+      return true;
+    }
+    std::string victim;
+    for (const auto& [vid, v] : models_)
+      if (v.resident && v.queue.empty() && !busy.count(vid) && (victim.empty() || v.last_use < models_.at(victim).last_use))
+        victim = vid;
+    if (victim.empty()) return false;
+    json op;
+    auto done = page_out(victim, &op);
+    add(0, std::move(op), std::move(done));
+    return true;
+  };
+  // Models whose session ended or went quiet (its client stopped heartbeating) leave
+  // their slots at once, for clients still at work.
+  for (const std::string& id : model_order_) {
+    Model& m = models_.at(id);
+    if (!m.resident || m.unloaded || !m.queue.empty()) continue;
+    auto s = sessions_.find(m.session);
+    const Clock::time_point heard = s == sessions_.end() ? m.last_request : std::max(m.last_request, s->second.seen);
+    if (std::chrono::duration<double>(now - heard).count() < opt_.idle_release) continue;
+    json op;
+    auto done = page_out(id, &op);
+    add(0, std::move(op), std::move(done));
+    --resident;
+  }
   for (const std::string& id : model_order_) {
     Model& m = models_.at(id);
     int last = -1;
@@ -784,6 +914,43 @@ json Service::next_program(double max_wait) {
                        std::chrono::duration<double>(now - pd.arrived).count() < opt_.seq_wait;
       const int phase = phase_of(pd.kind);
       if (gap || phase < last) break;
+      if (!m.resident && pd.kind == "unload") {  // nothing in a slot: its state on disk goes
+        if (!m.paged.empty()) {
+          std::error_code ec;
+          fs::remove_all(m.paged, ec);
+          m.paged.clear();
+        }
+        m.unloaded = true;
+        store_.write_model_state(id, {{"state", "unloaded"}});
+        finish(pd.request_id, {{"model_id", id}, {"type", "unload_model"}});
+        m.queue.pop_front();
+        continue;
+      }
+      if (!m.resident) {
+        if (pd.kind != "create" && m.paged.empty()) {  // its creation failed: nothing to run
+          finish(pd.request_id, {{"error", "model " + id + " has no state to run on (its creation failed)"},
+                                 {"category", "server"}});
+          m.queue.pop_front();
+          continue;
+        }
+        if (!take_slot(id)) break;  // every slot is at work this cycle: a later one
+        m.resident = true;
+        if (pd.kind != "create") {
+          add(1, {{"op", "page_in"}, {"tenant", id}, {"lora", m.lora}, {"seed", m.seed + 2}, {"dir", m.paged}},
+              [this, id](const json& res) {
+                Model& m = models_.at(id);
+                if (res.contains("error")) {
+                  m.resident = false;
+                  if (opt_.log) opt_.log("cannot page model " + id + " in: " + res.at("error").get<std::string>());
+                } else {
+                  m.step = res.at("result").at("step").get<int64_t>();
+                }
+              });
+        }
+      }
+      busy.insert(id);
+      m.last_use = ++use_clock_;
+      if (pd.kind == "forward_backward" || pd.kind == "optim" || pd.kind == "load") mark_changed(id);
       last = phase;
       if (pd.seq > 0) m.next_seq = std::max(m.next_seq, pd.seq + 1);
       Pending p = std::move(pd);
@@ -799,7 +966,10 @@ json Service::next_program(double max_wait) {
       p.op = nullptr;
       add(phase, std::move(op), [this, rid, kind, model_id, info = std::move(p)](const json& res) {
         if (res.contains("error")) {
-          if (kind == "create") models_.at(model_id).unloaded = true;
+          if (kind == "create") {
+            models_.at(model_id).unloaded = true;
+            models_.at(model_id).resident = false;
+          }
           if (!info.partial.empty()) {
             std::error_code ec;
             fs::remove_all(info.partial, ec);
@@ -808,11 +978,12 @@ json Service::next_program(double max_wait) {
           return;
         }
         if (kind == "create") {
-          models_.at(model_id).loaded = true;
+          if (!models_.at(model_id).changed) store_.write_model_state(model_id, {{"state", "fresh"}});
           finish(rid, {{"model_id", model_id}, {"type", "create_model"}});
         } else if (kind == "load") {
           finish(rid, {{"path", info.path}, {"type", "load_weights"}});
         } else if (kind == "optim") {
+          models_.at(model_id).step = res.at("result").at("step").get<int64_t>();
           finish(rid, {{"metrics", {{"grad_norm:mean", res.at("result").at("grad_norm")}}}});
         } else if (kind == "save") {
           finish(rid, {{"path", info.path}, {"type", "save_weights"}});
@@ -831,8 +1002,15 @@ json Service::next_program(double max_wait) {
             finish(rid, {{"path", info.path}, {"type", "save_weights_for_sampler"}});
           }
         } else if (kind == "unload") {
-          models_.at(model_id).unloaded = true;
-          models_.at(model_id).loaded = false;
+          Model& m = models_.at(model_id);
+          m.unloaded = true;
+          m.resident = false;
+          if (!m.paged.empty()) {
+            std::error_code ec;
+            fs::remove_all(m.paged, ec);
+            m.paged.clear();
+          }
+          store_.write_model_state(model_id, {{"state", "unloaded"}});
           finish(rid, {{"model_id", model_id}, {"type", "unload_model"}});
         }
       });
@@ -841,9 +1019,9 @@ json Service::next_program(double max_wait) {
   for (int k = 0; k < 2; ++k) {
     if (items[k].empty()) continue;
     std::vector<std::string> ids = item_ids[k];
-    add(1, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, per_item(ids));
+    add(2, {{"op", "forward"}, {"backward", k == 1}, {"items", items[k]}}, per_item(ids));
   }
-  for (const std::string& tenant : evicted_) add(4, {{"op", "remove"}, {"tenant", tenant}}, [](const json&) {});
+  for (const std::string& tenant : evicted_) add(5, {{"op", "remove"}, {"tenant", tenant}}, [](const json&) {});
   evicted_.clear();
   // Sampling: the adapters this cycle's requests need are made resident (least recently
   // used ones leave); requests beyond the sampler slots wait for a later cycle.
@@ -876,7 +1054,7 @@ json Service::next_program(double max_wait) {
         std::string victim;
         for (const auto& [q, name] : resident_)
           if (!needed.count(q) && (victim.empty() || last_use_[q] < last_use_[victim])) victim = q;
-        add(4, {{"op", "remove"}, {"tenant", resident_.at(victim)}}, [](const json&) {});
+        add(5, {{"op", "remove"}, {"tenant", resident_.at(victim)}}, [](const json&) {});
         resident_.erase(victim);
       }
       const std::string name = "sampler-" + std::to_string(++sampler_counter_);
@@ -887,7 +1065,7 @@ json Service::next_program(double max_wait) {
       json lora = {{"r", o.r}, {"alpha", o.alpha}, {"rslora", o.use_rslora}, {"target_modules", o.target_modules},
                    {"target_parameters", o.target_parameters}};
       resident_[path] = name;
-      add(4, {{"op", "add"}, {"tenant", name}, {"lora", lora}, {"seed", 0}, {"trainable", false}, {"adapter_dir", dir}},
+      add(5, {{"op", "add"}, {"tenant", name}, {"lora", lora}, {"seed", 0}, {"trainable", false}, {"adapter_dir", dir}},
           [this, path](const json& res) {
             if (res.contains("error")) resident_.erase(path);
           });
@@ -898,10 +1076,10 @@ json Service::next_program(double max_wait) {
       r.erase("path");
       r.erase("dir");
     }
-    add(4, {{"op", "sample"}, {"requests", requests}}, per_item(ids));
+    add(5, {{"op", "sample"}, {"requests", requests}}, per_item(ids));
   }
   json ops = json::array();
-  for (int ph = 0; ph < 6; ++ph)
+  for (int ph = 0; ph < kPhases; ++ph)
     for (size_t i = 0; i < phases[ph].size(); ++i) {
       ops.push_back(phases[ph][i]);
       in_flight_done_.push_back(phase_done[ph][i]);

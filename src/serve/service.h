@@ -30,12 +30,13 @@ struct ServiceOptions {
   std::string base_model;  // the name clients create models of (capabilities)
   std::string state_dir;
   std::map<std::string, std::string> api_keys;  // key -> owner; empty: every request is "local"
-  int64_t max_tenants = 8;      // trained models loaded at once
+  int64_t max_tenants = 8;      // trained models in slots at once (the others wait on disk)
   int64_t max_rank = 32;
   int64_t sampler_slots = 4;    // sampler adapters kept loaded (least recently used leaves)
   double cycle_window = 0.02;   // seconds a cycle waits for more requests once one came
   double poll_seconds = 20;     // retrieve_future waits this long before try_again
-  double session_timeout = 300; // a session without heartbeat this long ends; its models unload
+  double session_timeout = 300; // a session without heartbeat this long ends (its models stay)
+  double idle_release = 60;     // a model whose client was silent this long leaves its slot for disk
   double seq_wait = 2;          // a model's request waits this long for an earlier seq_id
   int64_t max_pending = 256;    // queued requests per owner before 429
   int64_t vocab_size = 0;
@@ -46,6 +47,8 @@ struct ServiceOptions {
   // One line per answered request: owner, method and route, status, milliseconds (null:
   // none). Never the key or the body.
   std::function<void(const std::string&)> access_log;
+  // Events an operator wants to know of: a model revived from disk, a failed page-out.
+  std::function<void(const std::string&)> log;
 };
 
 struct HttpRequest {
@@ -69,7 +72,8 @@ class Service {
   HttpResponse handle(const HttpRequest& request);
 
   // The next cycle's program ({"ops": [...]}, perhaps none), waiting up to max_wait
-  // seconds for work. After stop(): {"shutdown": true}.
+  // seconds for work. After stop(): the last one, {"ops": [the page-outs of every model
+  // in a slot], "shutdown": true}, to be run and completed like the others.
   nlohmann::json next_program(double max_wait);
   // The results of the program next_program() gave last, one per operation.
   void complete(const nlohmann::json& results);
@@ -101,6 +105,13 @@ class Service {
   // another owner's answers 404.
   std::string owned_checkpoint(const std::string& owner, const std::string& path, RunStore::Path* out);
   void expire_sessions();
+  // A model of an earlier process, from its run on disk: true when it was added to
+  // models_; false when `owner` has no such run; throws ClientError (410) when its state
+  // was lost, saying how to continue.
+  bool revive(const std::string& owner, const std::string& id);
+  void mark_changed(const std::string& id);
+  // *op: the operation that pages model `id` out; returns what its result does.
+  std::function<void(const nlohmann::json&)> page_out(const std::string& id, nlohmann::json* op);
   void finish(const std::string& request_id, nlohmann::json response);
   nlohmann::json lora_json(const nlohmann::json& lora_config, const std::string& where) const;
 

@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -190,7 +191,17 @@ double Trainer::service_optim_step(const std::string& name, const ServiceStep& s
   return norm;
 }
 
-void Trainer::save_service_state(const std::string& name, const std::string& dir, bool optimizer) {
+namespace {
+
+// A rank's accumulated gradient of tensor `name`: its own, as it holds it (the ranks'
+// gradients are summed only at the update), so read back only on the same mesh.
+std::string gradient_piece_name(int rank, const std::string& name) {
+  return "grad/rank" + std::to_string(rank) + "/" + name;
+}
+
+}  // namespace
+
+void Trainer::save_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients) {
   TenantState& t = service_tenant(name);
   CheckpointContent c;
   c.step = t.optimizer ? t.optimizer->steps_taken() : 0;
@@ -200,14 +211,25 @@ void Trainer::save_service_state(const std::string& name, const std::string& dir
                 {"lora", {{"r", o.r}, {"alpha", o.alpha}, {"rslora", o.use_rslora},
                           {"target_modules", o.target_modules}, {"target_parameters", o.target_parameters}}}};
   c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
-  c.state = {{"optimizer_steps", c.step}, {"optimizer", optimizer && t.optimizer}};
+  c.state = {{"optimizer_steps", c.step}, {"optimizer", optimizer && t.optimizer}, {"gradients", gradients}};
   add_state_pieces(c.pieces, t.params, t.names, optimizer ? t.optimizer.get() : nullptr, false, "");
+  if (gradients) {
+    nlohmann::json held = nlohmann::json::array();  // which tensors have one on this rank
+    for (size_t i = 0; i < t.params.size(); ++i) {
+      const at::Tensor& g = t.params[i].grad();
+      if (!g.defined()) continue;
+      held.push_back(t.names[i]);
+      const at::Tensor flat = g.detach().contiguous().reshape({-1});
+      c.pieces.push_back({gradient_piece_name(comm_->rank(), t.names[i]), g.sizes().vec(), 0, flat, true});
+    }
+    c.rank_state = {{"gradients", held}};
+  }
   const std::string parent = fs::path(dir).parent_path().string();
   const std::string partial = parent + "/." + fs::path(dir).filename().string() + ".partial";
   write_state_directory(*comm_, partial, dir, c);
 }
 
-void Trainer::load_service_state(const std::string& name, const std::string& dir, bool optimizer) {
+void Trainer::load_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients) {
   TenantState& t = service_tenant(name);
   CheckpointDir ckpt;
   run_collectively(*comm_, [&] { ckpt = find_checkpoint(dir); });
@@ -225,11 +247,24 @@ void Trainer::load_service_state(const std::string& name, const std::string& dir
   }
   std::vector<StatePiece> pieces;
   add_state_pieces(pieces, params, t.names, with_optimizer ? opt.get() : nullptr, false, "");
+  std::vector<at::Tensor> grads(params.size());
+  if (gradients && st.value("gradients", false)) {
+    GLINT_CHECK(ckpt.manifest.at("world_size").get<int>() == comm_->size(), dir, ": its gradients were saved on ",
+                ckpt.manifest.at("world_size").get<int>(), " ranks, this mesh has ", comm_->size());
+    nlohmann::json held;
+    run_collectively(*comm_, [&] { held = checkpoint_rank_state(ckpt, comm_->rank()).at("gradients"); });
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (std::find(held.begin(), held.end(), t.names[i]) == held.end()) continue;
+      grads[i] = at::empty_like(params[i]);
+      pieces.push_back({gradient_piece_name(comm_->rank(), t.names[i]), grads[i].sizes().vec(), 0,
+                        grads[i].reshape({-1}), true});
+    }
+  }
   run_collectively(*comm_, [&] { read_checkpoint_pieces(ckpt, pieces); });
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     t.params[i].copy_(params[i]);
-    t.params[i].mutable_grad() = at::Tensor();
+    t.params[i].mutable_grad() = grads[i];  // undefined unless paged in with its gradients
   }
   // The moments (zero without `optimizer`), masters and step count.
   if (t.optimizer) t.optimizer->copy_state_from(*opt);

@@ -220,9 +220,12 @@ class Trainer {
   // A tenant's whole state (adapter, and with `optimizer` its AdamW moments, masters and
   // step count) into directory `dir`: rank files written by the ranks that own pieces,
   // state.json last by rank 0. load_service_state reads it back on any mesh, the
-  // optimizer too when `optimizer` (else its moments restart from zero).
-  void save_service_state(const std::string& name, const std::string& dir, bool optimizer);
-  void load_service_state(const std::string& name, const std::string& dir, bool optimizer);
+  // optimizer too when `optimizer` (else its moments restart from zero). With
+  // `gradients` (a tenant paged out and back in on the same mesh) each rank's
+  // accumulated gradients go along, so the tenant's next update is the one it would have
+  // taken had it stayed.
+  void save_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients = false);
+  void load_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients = false);
   // A tenant's adapter as a PEFT directory (rank 0 writes), and a PEFT adapter read into a
   // tenant of the same LoRA options.
   void save_service_adapter(const std::string& name, const std::string& dir, const std::string& base_model);

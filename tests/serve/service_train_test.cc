@@ -13,6 +13,7 @@
 namespace {
 
 using glint::testing::ce_datum;
+using glint::testing::Reply;
 using glint::testing::make_data;
 using glint::testing::make_model;
 using glint::testing::ServeProcess;
@@ -136,6 +137,142 @@ TEST_P(ServiceTraining, TenantEqualsGlintTrainAloneWithAnotherTenantConcurrently
   for (const auto& key : want.keys())
     if (key.find("lora_B") != std::string::npos) moved |= want.read(key).abs().max().item<double>() > 0;
   EXPECT_TRUE(moved);
+}
+
+// Models are not slots: five models trained interleaved on a server with two slots (the
+// others paged out to disk, accumulated gradients included) equal each model trained
+// alone, in float64; a graceful restart in the middle keeps every model where it was,
+// and after a SIGKILL the models that were on disk continue while those that were in
+// memory are refused, saying why and from where to continue.
+TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
+  using json = nlohmann::json;
+  const std::string dir = glint::testing::fresh_temp_dir("serve_paging");
+  const std::string model = make_model(dir);
+  const int n = 5, steps = 3;
+  std::vector<std::vector<std::vector<int64_t>>> data;
+  for (int i = 0; i < n; ++i) data.push_back(read_ids(make_data(dir + "/d" + std::to_string(i) + ".jsonl", 4, 10 + i)));
+  const json adam = {{"learning_rate", 0.02}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"grad_clip_norm", 1.0}};
+  auto half = [&](int i, int h) {
+    json d = json::array();
+    for (int k = 2 * h; k < 2 * h + 2; ++k) d.push_back(ce_datum(data[i][k], 0.1));
+    return json{{"data", d}, {"loss_fn", "cross_entropy"}};
+  };
+  const json probe = json{{"data", {ce_datum({1, 2, 3, 4, 5, 6}, 1.0)}}, {"loss_fn", "cross_entropy"}};
+  const std::string args = " --insecure-no-auth --dtype float64 --cycle-window-ms 0 --state-dir ";
+
+  // The reference: each model trained alone, one after the other, all slots free.
+  // losses[i][s]: model i's forward_backward loss sums in step s.
+  std::vector<std::vector<double>> ref_losses(n), losses(n);
+  std::vector<json> ref_probe(n);
+  {
+    ServeProcess server;
+    server.start_server(dir, "--model " + model + args + dir + "/ref --max-tenants 8");
+    TinkerClient c(server.port);
+    const std::string session = c.session(), base = c.base_model();
+    for (int i = 0; i < n; ++i) {
+      const std::string id = c.create_model(session, base, 4, 20 + i);
+      for (int s = 0; s < steps; ++s) {
+        double loss = 0;
+        for (int h = 0; h < 2; ++h)
+          loss += c.call("forward_backward", {{"model_id", id}, {"forward_backward_input", half(i, h)}})["metrics"]["loss:sum"]
+                      .get<double>();
+        ASSERT_TRUE(c.call("optim_step", {{"model_id", id}, {"adam_params", adam}}).contains("metrics"));
+        ref_losses[i].push_back(loss);
+      }
+      ref_probe[i] = c.call("forward", {{"model_id", id}, {"forward_input", probe}})["loss_fn_outputs"];
+    }
+    EXPECT_EQ(server.stop(), 0);
+  }
+
+  // Two slots, five models, every request of a step submitted before any is waited for:
+  // both halves of every model's gradient, then every update.
+  ServeProcess server;
+  const std::string serve = "--model " + model + args + dir + "/paged --max-tenants 2";
+  server.start_server(dir, serve);
+  std::vector<std::string> ids;
+  std::vector<int64_t> seq(n, 1);
+  {
+    TinkerClient c(server.port);
+    const std::string session = c.session(), base = c.base_model();
+    for (int i = 0; i < n; ++i) ids.push_back(c.create_model(session, base, 4, 20 + i));
+  }
+  // `one_by_one`: each forward_backward is waited for before the next is sent, so a model
+  // idles between its two halves and leaves its slot holding half a gradient.
+  auto step = [&](int s, bool one_by_one) {
+    TinkerClient c(server.port);
+    std::vector<std::vector<json>> futures(n);
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < n; ++i) {
+        Reply r = c.post("forward_backward", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"forward_backward_input", half(i, h)}});
+        ASSERT_EQ(r.status, 200) << r.body.dump();
+        futures[i].push_back(r.body);
+        if (one_by_one) c.wait(r.body);
+      }
+    for (int i = 0; i < n; ++i) {
+      Reply r = c.post("optim_step", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"adam_params", adam}});
+      ASSERT_EQ(r.status, 200) << r.body.dump();
+      futures[i].push_back(r.body);
+    }
+    for (int i = 0; i < n; ++i) {
+      const json a = c.wait(futures[i][0]), b = c.wait(futures[i][1]);
+      ASSERT_TRUE(a.contains("metrics") && b.contains("metrics")) << "model " << i << ", step " << s << ": " << a.dump()
+                                                                  << " " << b.dump();
+      losses[i].push_back(a["metrics"]["loss:sum"].get<double>() + b["metrics"]["loss:sum"].get<double>());
+      ASSERT_TRUE(c.wait(futures[i][2]).contains("metrics")) << "model " << i << ", step " << s;
+    }
+  };
+  step(0, false);
+  step(1, true);
+  // All but the two models in slots are on disk.
+  int on_disk = 0;
+  for (int i = 0; i < n; ++i)
+    on_disk += glint::read_json_file(dir + "/paged/runs/" + ids[i] + "/state.json").value("state", "") == "paged";
+  EXPECT_EQ(on_disk, n - 2);
+  // SIGTERM: the models in slots go to disk; a new process continues every one of them.
+  ASSERT_EQ(server.stop(), 0) << glint::read_file(server.log);
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(glint::read_json_file(dir + "/paged/runs/" + ids[i] + "/state.json").value("step", -1), 2) << i;
+  server.start_server(dir, serve);
+  step(2, false);
+  for (int i = 0; i < n; ++i)
+    for (int s = 0; s < steps; ++s)
+      EXPECT_LT(glint::testing::rel(losses[i][s], ref_losses[i][s]), 1e-12)
+          << "model " << i << ", step " << s + 1 << ": " << losses[i][s] << " vs " << ref_losses[i][s];
+  TinkerClient c(server.port);
+  std::vector<json> probes(n);
+  for (int i = 0; i < n; ++i) {
+    probes[i] = c.call("forward", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"forward_input", probe}})["loss_fn_outputs"];
+    const std::vector<double> got = probes[i][0]["logprobs"]["data"], want = ref_probe[i][0]["logprobs"]["data"];
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_LT(glint::testing::rel(got[k], want[k]), 1e-12) << i << " " << k;
+  }
+  // The last forwards leave two models in slots; one more update makes them differ from
+  // their paged copies. Then SIGKILL: no page-out.
+  for (int i = n - 2; i < n; ++i) {
+    c.call("forward_backward", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"forward_backward_input", half(i, 0)}});
+    c.call("optim_step", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"adam_params", adam}});
+  }
+  server.kill9();
+  server.start_server(dir, serve);
+  TinkerClient after(server.port);
+  int continued = 0, refused = 0;
+  for (int i = 0; i < n; ++i) {
+    Reply r = after.post("forward", {{"model_id", ids[i]}, {"seq_id", seq[i]}, {"forward_input", probe}});
+    if (r.status == 200) {
+      ++continued;
+      EXPECT_NE(r.body.value("message", "").find("continues from its state at step 3"), std::string::npos) << r.body.dump();
+      EXPECT_EQ(after.wait(r.body)["loss_fn_outputs"], probes[i]) << "model " << i;
+    } else {
+      ++refused;
+      EXPECT_EQ(r.status, 410) << r.body.dump();
+      const std::string e = r.body.value("error", "");
+      EXPECT_NE(e.find("was in memory when the server stopped"), std::string::npos) << e;
+      EXPECT_NE(e.find("no saved checkpoints"), std::string::npos) << e;
+    }
+  }
+  EXPECT_EQ(continued, n - 2);
+  EXPECT_EQ(refused, 2);
+  EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, ServiceTraining,
