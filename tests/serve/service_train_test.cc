@@ -143,10 +143,14 @@ TEST_P(ServiceTraining, TenantEqualsGlintTrainAloneWithAnotherTenantConcurrently
 // others paged out to disk, accumulated gradients included) equal each model trained
 // alone, in float64; a graceful restart in the middle keeps every model where it was,
 // and after a SIGKILL the models that were on disk continue while those that were in
-// memory are refused, saying why and from where to continue.
-TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
+// memory are refused, saying why and from where to continue. On one process and on 4
+// ranks (each rank's share of a gradient is paged with it).
+class ServicePaging : public ::testing::TestWithParam<Mesh> {};
+
+TEST_P(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
   using json = nlohmann::json;
-  const std::string dir = glint::testing::fresh_temp_dir("serve_paging");
+  const Mesh mesh = GetParam();
+  const std::string dir = glint::testing::fresh_temp_dir("serve_paging_" + std::to_string(mesh.ranks));
   const std::string model = make_model(dir);
   const int n = 5, steps = 3;
   std::vector<std::vector<std::vector<int64_t>>> data;
@@ -158,7 +162,7 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
     return json{{"data", d}, {"loss_fn", "cross_entropy"}};
   };
   const json probe = json{{"data", {ce_datum({1, 2, 3, 4, 5, 6}, 1.0)}}, {"loss_fn", "cross_entropy"}};
-  const std::string args = " --insecure-no-auth --dtype float64 --cycle-window-ms 0 --state-dir ";
+  const std::string args = " --insecure-no-auth --dtype float64 --cycle-window-ms 0 " + mesh.args + " --state-dir ";
 
   // The reference: each model trained alone, one after the other, all slots free.
   // losses[i][s]: model i's forward_backward loss sums in step s.
@@ -166,7 +170,7 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
   std::vector<json> ref_probe(n);
   {
     ServeProcess server;
-    server.start_server(dir, "--model " + model + args + dir + "/ref --max-tenants 8");
+    server.start_server(dir, "--model " + model + args + dir + "/ref --max-tenants 8", mesh.ranks);
     TinkerClient c(server.port);
     const std::string session = c.session(), base = c.base_model();
     for (int i = 0; i < n; ++i) {
@@ -188,7 +192,7 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
   // both halves of every model's gradient, then every update.
   ServeProcess server;
   const std::string serve = "--model " + model + args + dir + "/paged --max-tenants 2";
-  server.start_server(dir, serve);
+  server.start_server(dir, serve, mesh.ranks);
   std::vector<std::string> ids;
   std::vector<int64_t> seq(n, 1);
   {
@@ -232,7 +236,7 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
   ASSERT_EQ(server.stop(), 0) << glint::read_file(server.log);
   for (int i = 0; i < n; ++i)
     EXPECT_EQ(glint::read_json_file(dir + "/paged/runs/" + ids[i] + "/state.json").value("step", -1), 2) << i;
-  server.start_server(dir, serve);
+  server.start_server(dir, serve, mesh.ranks);
   step(2, false);
   for (int i = 0; i < n; ++i)
     for (int s = 0; s < steps; ++s)
@@ -253,7 +257,7 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
     c.call("optim_step", {{"model_id", ids[i]}, {"seq_id", seq[i]++}, {"adam_params", adam}});
   }
   server.kill9();
-  server.start_server(dir, serve);
+  server.start_server(dir, serve, mesh.ranks);
   TinkerClient after(server.port);
   int continued = 0, refused = 0;
   for (int i = 0; i < n; ++i) {
@@ -275,9 +279,10 @@ TEST(ServicePaging, FiveModelsInTwoSlotsTrainAsEachAloneAcrossRestarts) {
   EXPECT_EQ(server.stop(), 0) << glint::read_file(server.log);
 }
 
-INSTANTIATE_TEST_SUITE_P(Meshes, ServiceTraining,
-                         ::testing::Values(Mesh{1, ""}, Mesh{4, "--ep 2 --fsdp"}),
-                         [](const auto& info) { return info.param.ranks == 1 ? std::string("OneProcess")
-                                                                              : std::string("FourRanksEp2Fsdp"); });
+std::string mesh_name(const ::testing::TestParamInfo<Mesh>& info) {
+  return info.param.ranks == 1 ? "OneProcess" : "FourRanksEp2Fsdp";
+}
+INSTANTIATE_TEST_SUITE_P(Meshes, ServiceTraining, ::testing::Values(Mesh{1, ""}, Mesh{4, "--ep 2 --fsdp"}), mesh_name);
+INSTANTIATE_TEST_SUITE_P(Meshes, ServicePaging, ::testing::Values(Mesh{1, ""}, Mesh{4, "--ep 2 --fsdp"}), mesh_name);
 
 }  // namespace
