@@ -310,8 +310,14 @@ HttpResponse Service::retrieve(const std::string& owner, const json& body, bool 
   // (the schema has no error message).
   if (protobuf && !f.message.empty() && !f.response.contains("error")) {
     HttpResponse r;
-    r.body = f.message == "SampleResponse" ? tinker::encode_sample_response(f.response)
-                                           : tinker::encode_forward_backward_output(f.response);
+    try {
+      r.body = f.message == "SampleResponse" ? tinker::encode_sample_response(f.response)
+                                             : tinker::encode_forward_backward_output(f.response);
+    } catch (const std::exception& e) {  // a result of ours without a protobuf form: our bug
+      return {500, body_text(json{{"error", "cannot encode the result as " + f.message + ": " + e.what()},
+                                  {"category", "server"}}),
+              {}};
+    }
     r.content_type = tinker::kProtobufType;
     return r;
   }

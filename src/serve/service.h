@@ -6,6 +6,14 @@
 // complete() from rank 0's main thread, which runs each program on every rank. One
 // mutex guards the state; a future's waiters are woken when its cycle completes.
 // Runs and checkpoints live on disk (serve/run_store.h) and outlive the process.
+//
+// Models and slots: the tenant bank holds max_tenants trained models; any number more
+// wait on disk, paged out whole (page_out/page_in operations), and a model's state is
+// always in exactly one of the two. A cycle gives a model with runnable work a slot, a
+// free one or that of the least recently used idle model, which is paged out first in
+// the same program. state.json in each run says where the state is, so that a later
+// process continues every model that was on disk. Both wires (JSON, and the protobuf of
+// SDK 0.25: serve/wire.h) meet in route(): a request is JSON from there on.
 #pragma once
 
 #include <nlohmann/json.hpp>
