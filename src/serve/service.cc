@@ -409,17 +409,13 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
   }
   if (post("session_heartbeat")) {
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string id = tinker::text(body, "session_id", "");
-    auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second.owner != owner) throw ClientError(404, "no session '" + id + "'");
-    it->second.seen = Clock::now();
+    session_of(owner, tinker::text(body, "session_id", "")).seen = Clock::now();
     return reply({{"type", "session_heartbeat"}});
   }
   if (post("create_model")) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string session = tinker::text(body, "session_id", "");
-    auto s = sessions_.find(session);
-    if (s == sessions_.end() || s->second.owner != owner) throw ClientError(404, "no session '" + session + "'");
+    Session& s = session_of(owner, session);
     const std::string base = tinker::text(body, "base_model", "");
     if (base != opt_.base_model) throw ClientError(400, "base_model: '" + base + "' is not served (this server: " + opt_.base_model + ")");
     const json& cfg = tinker::object(body, "lora_config", "");
@@ -436,7 +432,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
                            {"user_metadata", body.value("user_metadata", json(nullptr))}});
     models_[id] = std::move(m);
     model_order_.push_back(id);
-    s->second.models.push_back(id);
+    s.models.push_back(id);
     Pending pd;
     pd.kind = "create";
     // The adapter is initialised as `glint train --seed S` initialises its own.
@@ -567,8 +563,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
   if (post("create_sampling_session")) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string session = tinker::text(body, "session_id", "");
-    auto s = sessions_.find(session);
-    if (s == sessions_.end() || s->second.owner != owner) throw ClientError(404, "no session '" + session + "'");
+    Session& s = session_of(owner, session);
     SamplingSession ss{owner, session, "", ""};
     const std::string path = tinker::text(body, "model_path", "", "");
     if (!path.empty()) {
@@ -582,7 +577,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
     }
     const std::string id = new_id("sampler-");
     sampling_[id] = ss;
-    s->second.samplers.push_back(id);
+    s.samplers.push_back(id);
     return reply({{"type", "create_sampling_session"}, {"sampling_session_id", id}});
   }
   if (post("asample")) {
@@ -738,6 +733,22 @@ void Service::expire_sessions() {
     for (const auto& sid : it->second.samplers) sampling_.erase(sid);
     it = sessions_.erase(it);
   }
+}
+
+Service::Session& Service::session_of(const std::string& owner, const std::string& id) {
+  // The caller holds mu_. A session id of this server's form that it no longer knows
+  // (ended by silence, or made before a restart) is taken up again by its client, so
+  // that a client outlives both; one another owner holds is not found.
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) {
+    if (it->second.owner != owner) throw ClientError(404, "no session '" + id + "'");
+    return it->second;
+  }
+  const std::string prefix = "session-";
+  bool ours = id.size() == prefix.size() + 16 && id.rfind(prefix, 0) == 0;
+  for (size_t i = prefix.size(); ours && i < id.size(); ++i) ours = std::isxdigit(static_cast<unsigned char>(id[i]));
+  if (!ours) throw ClientError(404, "no session '" + id + "'");
+  return sessions_[id] = Session{owner, Clock::now(), {}, {}};
 }
 
 bool Service::revive(const std::string& owner, const std::string& id) {
@@ -907,7 +918,14 @@ json Service::next_program(double max_wait) {
     add(0, std::move(op), std::move(done));
     --resident;
   }
-  for (const std::string& id : model_order_) {
+  // Models with work, the one waiting longest first: slots go to them in that order.
+  std::vector<std::string> order;
+  for (const std::string& id : model_order_)
+    if (!models_.at(id).queue.empty()) order.push_back(id);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return models_.at(a).queue.front().arrived < models_.at(b).queue.front().arrived;
+  });
+  for (const std::string& id : order) {
     Model& m = models_.at(id);
     int last = -1;
     while (!m.queue.empty()) {

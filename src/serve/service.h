@@ -113,6 +113,7 @@ class Service {
   // another owner's answers 404.
   std::string owned_checkpoint(const std::string& owner, const std::string& path, RunStore::Path* out);
   void expire_sessions();
+  Session& session_of(const std::string& owner, const std::string& id);
   // A model of an earlier process, from its run on disk: true when it was added to
   // models_; false when `owner` has no such run; throws ClientError (410) when its state
   // was lost, saying how to continue.
