@@ -158,9 +158,9 @@ Action add_serve(CLI::App& app) {
           return std::vector<int64_t>(ids.begin(), ids.end());
         };
       }
+      auto log_mutex = std::make_shared<std::mutex>();  // whole lines: the two logs share stderr
       if (args->access_log) {
-        auto mu = std::make_shared<std::mutex>();
-        svc->access_log = [mu](const std::string& line) {
+        svc->access_log = [mu = log_mutex](const std::string& line) {
           char when[32];
           const std::time_t now = std::time(nullptr);
           std::tm tm{};
@@ -170,7 +170,10 @@ Action add_serve(CLI::App& app) {
           std::cerr << when << " " << line << "\n";
         };
       }
-      svc->log = [](const std::string& line) { std::cerr << "glint serve: " << line << "\n"; };
+      svc->log = [mu = log_mutex](const std::string& line) {
+        std::lock_guard<std::mutex> lock(*mu);
+        std::cerr << "glint serve: " << line << "\n";
+      };
       service = std::make_unique<Service>(*svc);
       http = std::make_unique<HttpServer>(*service, args->max_body_mb << 20, args->http_threads);
       const int port = http->bind(args->host, args->port);

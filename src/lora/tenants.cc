@@ -84,8 +84,12 @@ class TenantExperts : public ExpertAdapter {
     if (!any) return out;
     GLINT_ASSERT(tags.defined() && tags.size(0) == x.size(0), "expert rows carry no tenant tags");
     const int64_t E = int64_t(counts.size()), S = int64_t(slots_.size());
-    at::Tensor expert_of_row = at::repeat_interleave(at::arange(E, tags.options()),
-                                                     at::tensor(counts, tags.options()));  // [N]
+    // Each row's expert, made on the host from the host's counts: repeat_interleave on a
+    // CPU tensor forks the OpenMP team per call, per expert projection and decoded token.
+    std::vector<int64_t> experts;
+    experts.reserve(size_t(x.size(0)));
+    for (int64_t e = 0; e < E; ++e) experts.insert(experts.end(), size_t(counts[e]), e);
+    at::Tensor expert_of_row = at::tensor(experts, at::kLong).to(tags.device());  // [N]
     // Rows by slot (a stable sort keeps each slot's rows grouped by expert), and the
     // [slot, expert] row counts: one host synchronisation for all slots. Rows tagged -1
     // (base model only) sort first and are skipped.

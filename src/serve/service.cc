@@ -269,10 +269,12 @@ HttpResponse Service::enqueue(const std::string& owner, const std::string& model
   } else {
     models_.at(model_id).last_request = Clock::now();
     auto& q = models_.at(model_id).queue;
-    // Ordered by seq_id (requests without one after, in arrival order).
+    // Ordered by seq_id (requests without one after, in arrival order); a queued creation
+    // stays first, whatever the seq_ids behind it.
     auto pos = q.end();
     if (p.seq > 0)
-      pos = std::find_if(q.begin(), q.end(), [&](const Pending& o) { return o.seq < 0 || o.seq > p.seq; });
+      pos = std::find_if(q.begin(), q.end(),
+                         [&](const Pending& o) { return o.kind != "create" && (o.seq < 0 || o.seq > p.seq); });
     q.insert(pos, std::move(p));
   }
   work_cv_.notify_all();
@@ -296,7 +298,8 @@ HttpResponse Service::retrieve(const std::string& owner, const json& body, bool 
   const std::string id = tinker::text(body, "request_id", "");
   std::unique_lock<std::mutex> lock(mu_);
   auto it = futures_.find(id);
-  if (it == futures_.end() || it->second.owner != owner) throw ClientError(404, "no request '" + id + "'");
+  if (it == futures_.end() || it->second.owner != owner)
+    throw ClientError(404, "no request '" + id + "' (unknown, or its result was lost when the server restarted)");
   const auto deadline = Clock::now() + std::chrono::duration<double>(opt_.poll_seconds);
   done_cv_.wait_until(lock, deadline, [&] {
     auto f = futures_.find(id);
@@ -782,7 +785,8 @@ bool Service::revive(const std::string& owner, const std::string& id) {
     for (const auto& c : store_.checkpoints(id))
       if (c.at("checkpoint_type") == "training" && (newest.is_null() || newest.at("time") <= c.at("time"))) newest = c;
     std::string how = newest.is_null()
-                          ? "it has no saved checkpoints: create a new model"
+                          ? "it saved no checkpoints of its own: create a new model (and load_weights from a "
+                            "checkpoint of another model, if it continued from one)"
                           : "continue from its newest checkpoint, " + newest.at("tinker_path").get<std::string>() +
                                 " (create_training_client_from_state, or create_model and load_weights with it)";
     throw ClientError(410, "model '" + id + "' was in memory when the server stopped" +
@@ -884,12 +888,15 @@ json Service::next_program(double max_wait) {
     };
   };
   const auto now = Clock::now();
-  std::set<std::string> busy;  // models with work in this cycle: they keep their slots
+  std::set<std::string> busy;     // models with work in this cycle: they keep their slots
+  std::set<std::string> leaving;  // models paged out in this cycle: their work waits
   int64_t resident = 0;
   for (const auto& [id, m] : models_) resident += m.resident;
   // A slot for model `id`: a free one, else that of the least recently used resident
-  // model with nothing queued, paged out first (phase 0). None: `id` waits for a later
-  // cycle (the models in slots run their queued work meanwhile, and then are idle).
+  // model with nothing queued, paged out first (phase 0). When every resident model has
+  // work, one that has waited opt_.preempt_after takes the slot of the resident model
+  // whose oldest request is the youngest (models are visited oldest request first, so
+  // that one has waited less); else `id` waits for a later cycle.
   auto take_slot = [&](const std::string& id) {
     if (resident < opt_.max_tenants) {
       ++resident;
@@ -899,7 +906,15 @@ json Service::next_program(double max_wait) {
     for (const auto& [vid, v] : models_)
       if (v.resident && v.queue.empty() && !busy.count(vid) && (victim.empty() || v.last_use < models_.at(victim).last_use))
         victim = vid;
+    const Model& m = models_.at(id);
+    if (victim.empty() && std::chrono::duration<double>(now - m.queue.front().arrived).count() >= opt_.preempt_after) {
+      for (const auto& [vid, v] : models_)
+        if (v.resident && !v.queue.empty() && !busy.count(vid) && vid != id &&
+            (victim.empty() || v.queue.front().arrived > models_.at(victim).queue.front().arrived))
+          victim = vid;
+    }
     if (victim.empty()) return false;
+    leaving.insert(victim);
     json op;
     auto done = page_out(victim, &op);
     add(0, std::move(op), std::move(done));
@@ -937,7 +952,7 @@ json Service::next_program(double max_wait) {
       const bool gap = pd.seq > 0 && pd.seq > m.next_seq &&
                        std::chrono::duration<double>(now - pd.arrived).count() < opt_.seq_wait;
       const int phase = phase_of(pd.kind);
-      if (gap || phase < last) break;
+      if (gap || phase < last || leaving.count(id)) break;
       if (!m.resident && pd.kind == "unload") {  // nothing in a slot: its state on disk goes
         if (!m.paged.empty()) {
           std::error_code ec;
@@ -952,6 +967,7 @@ json Service::next_program(double max_wait) {
       }
       if (!m.resident) {
         if (pd.kind != "create" && m.paged.empty()) {  // its creation failed: nothing to run
+          if (pd.seq > 0) m.next_seq = std::max(m.next_seq, pd.seq + 1);
           finish(pd.request_id, {{"error", "model " + id + " has no state to run on (its creation failed)"},
                                  {"category", "server"}});
           m.queue.pop_front();

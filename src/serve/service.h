@@ -46,6 +46,7 @@ struct ServiceOptions {
   double session_timeout = 300; // a session without heartbeat this long ends (its models stay)
   double idle_release = 60;     // a model whose client was silent this long leaves its slot for disk
   double seq_wait = 2;          // a model's request waits this long for an earlier seq_id
+  double preempt_after = 1;     // a model waiting this long for a slot takes a busy model's
   int64_t max_pending = 256;    // queued requests per owner before 429
   int64_t vocab_size = 0;
   int64_t max_positions = 0;

@@ -64,7 +64,10 @@ struct Queue {
         results.push_back({{"result", per}});
         kinds.push_back("forward:" + std::to_string(op.at("items").size()));
       } else {
-        results.push_back({{"result", kind == "optim" ? json{{"grad_norm", 1.0}, {"step", 1}} : json()}});
+        json r;
+        if (kind == "optim") r = {{"grad_norm", 1.0}, {"step", 1}};
+        if (kind == "page_in") r = {{"step", 0}};
+        results.push_back({{"result", r}});
         kinds.push_back(kind);
       }
     }
@@ -144,6 +147,38 @@ TEST(ServiceQueue, ARefusedRequestSpendsItsSeqId) {
   EXPECT_EQ(q.cycle(), std::vector<std::string>());
   q.ok(kAlice, "forward_backward", fb(a, 6));
   EXPECT_EQ(q.cycle(), std::vector<std::string>({"forward:2"}));
+}
+
+TEST(ServiceQueue, AModelWaitingForASlotTakesOneFromAModelThatKeepsWorking) {
+  Queue q("queue_preempt");
+  q.o.max_tenants = 1;
+  q.o.preempt_after = 0;
+  q.s = std::make_unique<glint::Service>(q.o);
+  const std::string a = q.model(kAlice);
+  const std::string session = q.ok(kBob, "create_session", json::object())["session_id"];
+  const std::string b = q.ok(kBob, "create_model", {{"session_id", session}, {"base_model", "m"},
+                                                    {"lora_config", {{"rank", 2}}}})["model_id"];
+  EXPECT_EQ(q.cycle(), std::vector<std::string>({"page_out", "add"}));  // a was idle
+  // Both always have work queued: each cycle the one that has waited longer runs.
+  for (int64_t seq = 1; seq <= 3; ++seq) {
+    q.ok(kAlice, "forward_backward", fb(a, seq));
+    q.ok(kBob, "forward_backward", fb(b, seq));
+    EXPECT_EQ(q.cycle(), std::vector<std::string>({"page_out", "page_in", "forward:1"})) << seq;  // a's turn
+    EXPECT_EQ(q.cycle(), std::vector<std::string>({"page_out", "page_in", "forward:1"})) << seq;  // b's turn
+  }
+}
+
+TEST(ServiceQueue, AModelNeverTrainedBeforeAKillIsMadeAgainFromItsSeed) {
+  Queue q("queue_fresh");
+  const std::string a = q.model(kAlice);
+  q.s.reset();  // the process ends without paging anything out
+  q.s = std::make_unique<glint::Service>(q.o);
+  // Its first request after the restart names where it continues from, and runs after
+  // the adapter is made again, whatever its seq_id.
+  const json r = q.ok(kAlice, "forward_backward", fb(a, 1));
+  EXPECT_NE(r.value("message", "").find("continues from its initial state"), std::string::npos) << r.dump();
+  q.ok(kAlice, "optim_step", {{"model_id", a}, {"seq_id", 2}, {"adam_params", json::object()}});
+  EXPECT_EQ(q.cycle(), std::vector<std::string>({"add", "forward:1", "optim"}));
 }
 
 TEST(ServiceQueue, HealthChecksNeedNoKeyAndEveryAnswerIsLoggedWithoutIt) {
