@@ -19,9 +19,11 @@ set(glint_label_multirank
   "^(DistComm|DistLaunch|Mpirun|DistFaults|ResumeFaults|TenantTraining|Evaluation)\\.|/(DataParallel|Resume)\\.|/Service(Training|Paging)\\..*/FourRanks")
 # Each trains the built-in task (or a bf16 run) until its target: a 1,000-step run and
 # generation with its adapter (50 s), bf16 reaching the float32 loss (13 s), a LoRA run
-# whose loss must fall by a fifth (4 s).
+# whose loss must fall by a fifth (4 s); and RL through glint serve, 50 iterations of
+# sampling and importance_sampling updates that must raise a tiny model's mean sampled
+# reward by 0.2 (ServiceRl, 4 s).
 set(glint_label_convergence
-  "^(GenerateCli\\.TheBuiltInTaskAdapterChangesTheAnswer|MixedPrecision\\.Bf16LoraReachesTheFloat32Loss|Trainer\\.LoraLearnsTheBuiltInTask)$")
+  "^(GenerateCli\\.TheBuiltInTaskAdapterChangesTheAnswer|MixedPrecision\\.Bf16LoraReachesTheFloat32Loss|Trainer\\.LoraLearnsTheBuiltInTask)$|^ServiceRl\\.")
 set(glint_label_browser "^ReportBrowser\\.")
 
 # glint_test_label(NAME VAR): VAR = the label of the test NAME.
