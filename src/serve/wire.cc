@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "src/serve/tinker_public.pb.h"
+#include "serve/tinker_public.pb.h"
 
 namespace glint::tinker {
 
