@@ -800,6 +800,20 @@ bool Service::revive(const std::string& owner, const std::string& id) {
   return true;
 }
 
+void Service::unloaded(const std::string& id) {
+  // The caller holds mu_. The model is gone from its slot (or never was in one): its
+  // paged state goes too, and a later process refuses it as unloaded.
+  Model& m = models_.at(id);
+  m.unloaded = true;
+  m.resident = false;
+  if (!m.paged.empty()) {
+    std::error_code ec;
+    fs::remove_all(m.paged, ec);
+    m.paged.clear();
+  }
+  store_.write_model_state(id, {{"state", "unloaded"}});
+}
+
 void Service::mark_changed(const std::string& id) {
   // The caller holds mu_. The model's state on disk is older than the one in its slot.
   Model& m = models_.at(id);
@@ -954,13 +968,7 @@ json Service::next_program(double max_wait) {
       const int phase = phase_of(pd.kind);
       if (gap || phase < last || leaving.count(id)) break;
       if (!m.resident && pd.kind == "unload") {  // nothing in a slot: its state on disk goes
-        if (!m.paged.empty()) {
-          std::error_code ec;
-          fs::remove_all(m.paged, ec);
-          m.paged.clear();
-        }
-        m.unloaded = true;
-        store_.write_model_state(id, {{"state", "unloaded"}});
+        unloaded(id);
         finish(pd.request_id, {{"model_id", id}, {"type", "unload_model"}});
         m.queue.pop_front();
         continue;
@@ -1042,15 +1050,7 @@ json Service::next_program(double max_wait) {
             finish(rid, {{"path", info.path}, {"type", "save_weights_for_sampler"}});
           }
         } else if (kind == "unload") {
-          Model& m = models_.at(model_id);
-          m.unloaded = true;
-          m.resident = false;
-          if (!m.paged.empty()) {
-            std::error_code ec;
-            fs::remove_all(m.paged, ec);
-            m.paged.clear();
-          }
-          store_.write_model_state(model_id, {{"state", "unloaded"}});
+          unloaded(model_id);
           finish(rid, {{"model_id", model_id}, {"type", "unload_model"}});
         }
       });

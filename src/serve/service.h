@@ -120,6 +120,7 @@ class Service {
   // was lost, saying how to continue.
   bool revive(const std::string& owner, const std::string& id);
   void mark_changed(const std::string& id);
+  void unloaded(const std::string& id);
   // *op: the operation that pages model `id` out; returns what its result does.
   std::function<void(const nlohmann::json&)> page_out(const std::string& id, nlohmann::json* op);
   void finish(const std::string& request_id, nlohmann::json response);

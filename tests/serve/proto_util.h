@@ -59,18 +59,22 @@ inline std::string tensor(const std::vector<double>& values, int dtype) {
   return t;
 }
 
+// A loss_fn_inputs map entry: `name` -> the Tensor message `tensor`.
+inline std::string input_entry(const std::string& name, const std::string& tensor) {
+  std::string entry;
+  bytes_field(&entry, 1, name);
+  bytes_field(&entry, 2, tensor);
+  return entry;
+}
+
 // A Datum: one encoded_text chunk and the named inputs (target_tokens int64, others float32).
 inline std::string datum(const std::vector<int64_t>& tokens, const std::map<std::string, std::vector<double>>& inputs) {
   std::string text, chunk, d;
   bytes_field(&text, 1, le<int32_t>(tokens));
   bytes_field(&chunk, 1, text);
   bytes_field(&d, 1, chunk);
-  for (const auto& [name, values] : inputs) {
-    std::string entry;
-    bytes_field(&entry, 1, name);
-    bytes_field(&entry, 2, tensor(values, name == "target_tokens" ? 2 : 1));
-    bytes_field(&d, 2, entry);
-  }
+  for (const auto& [name, values] : inputs)
+    bytes_field(&d, 2, input_entry(name, tensor(values, name == "target_tokens" ? 2 : 1)));
   return d;
 }
 

@@ -110,10 +110,7 @@ TEST(TinkerWire, MalformedBodiesAreRefusedNamingTheField) {
   std::string bad_weights;
   proto::bytes_field(&bad_weights, 1, std::string(7, '\0'));
   proto::varint_field(&bad_weights, 3, 1);
-  std::string entry;
-  proto::bytes_field(&entry, 1, "weights");
-  proto::bytes_field(&entry, 2, bad_weights);
-  proto::bytes_field(&d, 2, entry);
+  proto::bytes_field(&d, 2, proto::input_entry("weights", bad_weights));
   e = error_of(proto::forward_backward("m", 3, {d}, "cross_entropy", {}, false));
   EXPECT_NE(e.find("ForwardBackwardRequest.data[0].loss_fn_inputs[weights].dense: 7 bytes are not whole float32 values"),
             std::string::npos)
@@ -126,12 +123,10 @@ TEST(TinkerWire, MalformedBodiesAreRefusedNamingTheField) {
   e = error_of(proto::forward_backward("m", 3, {d2}, "cross_entropy", {}, false));
   EXPECT_NE(e.find("data[0].model_input[0].encoded_text.tokens: 5 bytes are not whole int32 values"), std::string::npos) << e;
   // A two-dimensional input in CSR form, an image, an empty chunk, an unknown dtype.
-  std::string csr_tensor, csr_entry, d3 = proto::datum({1, 2}, {{"target_tokens", {2, 3}}});
+  std::string csr_tensor, d3 = proto::datum({1, 2}, {{"target_tokens", {2, 3}}});
   proto::bytes_field(&csr_tensor, 2, "");
   proto::varint_field(&csr_tensor, 3, 1);
-  proto::bytes_field(&csr_entry, 1, "weights");
-  proto::bytes_field(&csr_entry, 2, csr_tensor);
-  proto::bytes_field(&d3, 2, csr_entry);
+  proto::bytes_field(&d3, 2, proto::input_entry("weights", csr_tensor));
   e = error_of(proto::forward_backward("m", 3, {d3}, "cross_entropy", {}, false));
   EXPECT_NE(e.find("loss_fn_inputs[weights].sparse_csr: glint takes one-dimensional inputs"), std::string::npos) << e;
   std::string image, image_chunk, d4;
@@ -144,12 +139,10 @@ TEST(TinkerWire, MalformedBodiesAreRefusedNamingTheField) {
   proto::bytes_field(&d5, 1, "");
   e = error_of(proto::forward_backward("m", 3, {d5}, "cross_entropy", {}, false));
   EXPECT_NE(e.find("data[0].model_input[0]: an empty chunk"), std::string::npos) << e;
-  std::string bf16_tensor, bf16_entry, d6 = proto::datum({1, 2}, {});
+  std::string bf16_tensor, d6 = proto::datum({1, 2}, {});
   proto::bytes_field(&bf16_tensor, 1, std::string(4, '\0'));
   proto::varint_field(&bf16_tensor, 3, 4);
-  proto::bytes_field(&bf16_entry, 1, "target_tokens");
-  proto::bytes_field(&bf16_entry, 2, bf16_tensor);
-  proto::bytes_field(&d6, 2, bf16_entry);
+  proto::bytes_field(&d6, 2, proto::input_entry("target_tokens", bf16_tensor));
   e = error_of(proto::forward_backward("m", 3, {d6}, "cross_entropy", {}, false));
   EXPECT_NE(e.find("loss_fn_inputs[target_tokens].dtype: DTYPE_BFLOAT16 (4) is not an input type"), std::string::npos) << e;
   // Not protobuf at all (JSON sent with the protobuf Content-Type).
