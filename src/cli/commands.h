@@ -35,6 +35,8 @@ Action add_generate(CLI::App& app);
 Action add_serve(CLI::App& app);
 // glint plot (src/cli/plot_cmd.cc).
 Action add_plot(CLI::App& app);
+// glint export (src/cli/export_cmd.cc).
+Action add_export(CLI::App& app);
 // Adds `bench tokenize` under `bench`; *action runs it when that subcommand was parsed.
 CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
 

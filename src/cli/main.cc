@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   add(glint::cli::add_train);
   add(glint::cli::add_init_model);
   add(glint::cli::add_merge);
+  add(glint::cli::add_export);
   add(glint::cli::add_bench);
   add(glint::cli::add_launch);
   add(glint::cli::add_data);

@@ -50,8 +50,10 @@ Action add_merge(CLI::App& app) {
   cmd->add_option("--model", a->o.model_dir, "base model: a Hugging Face model directory")->required();
   cmd->add_option("--adapter", a->o.adapter_dir,
                   "PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors): a run's "
-                  "RUN/adapter, a multi-tenant run's RUN/<tenant>/adapter")
+                  "RUN/adapter, a multi-tenant run's RUN/<tenant>/adapter; or a run's checkpoint: RUN (its newest) "
+                  "or RUN/checkpoints/step-N")
       ->required();
+  cmd->add_option("--tenant", a->o.tenant, "with a multi-tenant run's checkpoint as --adapter: whose adapter");
   cmd->add_option("--output", a->o.output,
                   "directory for the merged model; an existing non-empty one is refused without --overwrite")
       ->required();

@@ -1,6 +1,7 @@
 // glint train: LoRA or full fine-tuning; flags or a TOML file (--config) set the options.
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -30,7 +31,11 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                   "chat template variable enable_thinking: true or false (default: the template's)");
   cmd->add_option("--output", o->output,
                   "run directory (default: a new one under runs/); an existing non-empty one is refused");
-  cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--steps", o->steps,
+                  "optimizer steps (default: 3 epochs of --data, 1000 steps of the built-in task; 0: from --epochs)");
+  cmd->add_option("--epochs", o->epochs,
+                  "passes over the training data, when --steps is not given (default 3); each tenant's own data "
+                  "for --tenant")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sequences per optimizer step")->capture_default_str();
   cmd->add_option("--micro-batch-size", o->micro_batch_size,
                   "sequences per forward/backward on one rank (0: the most that fit --memory-budget)")
@@ -38,6 +43,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--memory-budget", o->memory_budget,
                   "peak memory per rank for choosing the micro-batch, e.g. 24G or 1500M (default: 90% of the "
                   "memory available at start, shared by the node's ranks)");
+  cmd->add_flag("--ignore-memory-estimate", o->ignore_memory_estimate,
+                "start even when the estimated peak memory per rank exceeds --memory-budget (refused otherwise)");
   cmd->add_option("--seq-len", o->seq_len,
                   "longest row in tokens; longer samples are cut and reported (0: the longest sample, rounded up "
                   "to 8, capped by max_position_embeddings)")->capture_default_str();
@@ -110,7 +117,22 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--stop-after", o->stop_after,
                   "after step N, save a checkpoint and exit 0 as a stop signal does (a job in a time-limited "
                   "slot; --resume continues it)")->capture_default_str();
-  cmd->add_option("--keep-last", o->keep_last, "checkpoints to keep, the newest (0: all)")->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--keep-last",
+         [o](const std::string& v) {
+           if (v == "all") {
+             o->keep_last = 0;
+             return;
+           }
+           char* end = nullptr;
+           const long long n = std::strtoll(v.c_str(), &end, 10);
+           GLINT_USAGE_CHECK(!v.empty() && *end == '\0' && n >= 1, "--keep-last ", v,
+                             ": expected a number of checkpoints >= 1, or all (a run keeps at least its newest "
+                             "checkpoint, which --resume continues from)");
+           o->keep_last = n;
+         },
+         "checkpoints to keep: the newest N, or all")
+      ->default_str("all");
   cmd->add_option("--dump-gradients", o->dump_gradients,
                   "write every step's reduced gradients to DIR/step_<k>.safetensors (for checks)");
 }
@@ -181,26 +203,47 @@ Action add_train(CLI::App& app) {
   return [cmd, opts, targets, tenants, overwrite]() {
     LoraOptions::parse_targets(*targets, "--lora-targets", &opts->lora);
     for (const std::string& spec : *tenants) opts->tenants.push_back(TenantSpec::parse(spec, *opts));
-    if (opts->model_dir.empty() && opts->data.empty() && opts->tenants.empty()) {
-      // The built-in job's preset, for flags the user left alone: the tiny model learns
-      // the task in ~1000 steps at a high LoRA learning rate.
-      // The values are recorded as if given, so OUT/config.toml repeats this run.
-      auto preset = [&](const char* flag, auto* field, auto value) {
-        if (cmd->count(flag) != 0) return;
-        *field = value;
-        CLI::Option* opt = cmd->get_option(flag);
-        opt->clear();
-        std::ostringstream os;
-        os << value;
-        opt->add_result(os.str());
-      };
+    // Defaults that depend on the job, for flags the user left alone. The values are
+    // recorded as if given, so OUT/config.toml repeats this run.
+    auto preset = [&](const char* flag, auto* field, auto value) {
+      if (cmd->count(flag) != 0) return;
+      *field = value;
+      CLI::Option* opt = cmd->get_option(flag);
+      opt->clear();
+      std::ostringstream os;
+      os << value;
+      opt->add_result(os.str());
+    };
+    const bool builtin = opts->data.empty() && opts->tenants.empty();
+    GLINT_USAGE_CHECK(!builtin || opts->epochs == 0,
+                      "--epochs counts passes over --data; the built-in task is generated without end: give --steps");
+    if (opts->model_dir.empty() && builtin) {
+      // The built-in job: the tiny model learns the task in ~1000 steps at a high LoRA
+      // learning rate.
       preset("--steps", &opts->steps, int64_t(1000));
       preset("--lr", &opts->lr, 3e-3);
       preset("--eval-every", &opts->eval_every, int64_t(100));
       preset("--log-every", &opts->log_every, int64_t(100));
+    } else if (!builtin && cmd->count("--steps") == 0) {
+      // The user's data: a length in passes over it (--epochs, 3 unless given), counted
+      // once the data is read. (1000 steps of 32 would be 160 epochs of 200 lines.)
+      preset("--steps", &opts->steps, int64_t(0));
+      if (cmd->count("--epochs") == 0) preset("--epochs", &opts->epochs, 3.0);
     }
     opts->validate();  // flags first: nothing is read before they make sense
     const World world = World::from_env();
+    if (world.world_size % opts->ep != 0) {
+      std::string hint;
+      if (!opts->resume.empty()) {
+        // The resumed run's mesh came with its config.toml; another one is fine.
+        hint = "; a checkpoint continues on any mesh: give --ep 1" +
+               (world.world_size > 1 ? " (or another divisor of " + std::to_string(world.world_size) + ")"
+                                     : std::string()) +
+               ", or start the ranks as the run did: " +
+               resume_command(find_checkpoint(opts->resume), opts->resume);
+      }
+      usage_fail("--ep (", opts->ep, ") must divide the number of ranks (", world.world_size, ")", hint);
+    }
     auto comm = Comm::create(world, resolve_device(opts->device, world.local_rank, "--device"));
     const bool lead = comm->rank() == 0;
     // Rank 0 picks the run directory (by default a new one under runs/) and checks that it
@@ -231,7 +274,7 @@ Action add_train(CLI::App& app) {
                         (opts->full ? "full fine-tuning" : "LoRA r=" + std::to_string(opts->lora.r)))
               << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())
               << " -> " << opts->output << "\n";
-    Trainer trainer(*opts, comm);
+    auto train = [&](Trainer& trainer) {
     if (lead) {
       make_dirs(opts->output);
       // The resolved configuration, re-usable as --config. The output directory is a
@@ -254,6 +297,20 @@ Action add_train(CLI::App& app) {
     if (lead) std::cerr << "saved " << saved
               << "; metrics in " << opts->output << "/metrics.jsonl\n";
     return 0;
+    };
+    // A new run that fails before its first step leaves nothing behind, so that the same
+    // command can run again: the directory is removed when this run made it, emptied when
+    // it found it empty or holding only what a run writes before its first step.
+    const bool existed = path_exists(opts->output);
+    const bool fresh = opts->resume.empty() && (!existed || run_dir_unstarted(opts->output));
+    std::unique_ptr<Trainer> made;
+    try {
+      made = std::make_unique<Trainer>(*opts, comm);
+      return train(*made);
+    } catch (...) {
+      if (lead && fresh && (!made || made->current_step() == 0)) remove_unstarted_run(opts->output, existed);
+      throw;
+    }
   };
 }
 

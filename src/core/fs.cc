@@ -73,6 +73,11 @@ bool path_exists(const std::string& path) {
   return std::filesystem::exists(path, ec);
 }
 
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
 namespace {
 // One 64-bit word into the running state: multiply-rotate mixing (the 64-bit golden
 // ratio and a large odd constant), so every input bit reaches every state bit.

@@ -24,6 +24,7 @@ void write_text_atomic(const std::string& path, const std::string& text);
 void make_dirs(const std::string& path);
 
 bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);  // false when it does not exist
 
 // A 64-bit checksum of the file's bytes, as 16 hex digits: it detects corruption (a
 // flipped bit, a truncated or swapped file), it is no cryptographic hash. Reads the file

@@ -320,11 +320,32 @@ bool is_pretokenized_jsonl(const std::string& path) {
   return false;
 }
 
+namespace {
+// The error of a chat line without a chat template: it is the model's, not the line's.
+constexpr const char* kNeedsTemplate = " needs the model's chat template (tokenizer_config.json)";
+
+// A file that is one JSON document spread over lines, or a JSON array, rather than JSONL:
+// every line would fail alone, so the file is refused as a whole, saying so.
+void check_jsonl(const std::string& path, const std::vector<std::pair<int64_t, std::string>>& lines) {
+  if (lines.empty()) return;
+  const std::string& first = lines[0].second;
+  const size_t at = first.find_first_not_of(" \t\r");
+  const std::string trimmed = first.substr(at, first.find_last_not_of(" \t\r") + 1 - at);
+  Json j = Json::parse(first, nullptr, /*allow_exceptions=*/false);
+  const bool array = trimmed[0] == '[' && (j.is_discarded() || j.is_array());
+  const bool spread = trimmed == "{" || (trimmed[0] == '{' && j.is_discarded() && lines.size() > 1 &&
+                                         Json::parse(lines[1].second, nullptr, false).is_discarded());
+  GLINT_CHECK(!array && !spread, path, " is ", array ? "a JSON array" : "one JSON document spread over lines",
+              ", not JSONL: glint reads one JSON object per line", array ? " (convert it: jq -c '.[]' " + path +
+              " > data.jsonl)" : std::string(" (convert it: jq -c . ") + path + " > data.jsonl)");
+}
+}  // namespace
+
 std::vector<Sample> tokenize_text_line(const Json& j, const Tokenizer& tok, const ChatTemplate* tmpl, int32_t eos_id,
                                        const ChatRenderOptions& options) {
   GLINT_CHECK(j.is_object(), "not a JSON object");
   auto chat = [&](const ChatLine& c) { return tokenize_chat(c.messages, c.tools, tok, *tmpl, options); };
-  const char* needs_template = " needs the model's chat template (tokenizer_config.json)";
+  const char* needs_template = kNeedsTemplate;
   if (j.contains("messages")) {
     GLINT_CHECK(tmpl, "a chat line", needs_template);
     return tokenize_chat(j["messages"], j.contains("tools") ? j["tools"] : Json(), tok, *tmpl, options);
@@ -372,6 +393,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n)
     if (line.find_first_not_of(" \t\r") != std::string::npos) lines.emplace_back(n, std::move(line));
+  check_jsonl(path, lines);
   // Tokenized in parallel; each line's samples or its error kept in line order.
   std::vector<std::vector<Sample>> done(lines.size());
   std::vector<std::string> errors(lines.size());
@@ -414,6 +436,11 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!errors[i].empty()) {
       std::string where = path + ":" + std::to_string(lines[i].first) + ": " + errors[i];
+      // Not the line's fault: skipping lines would not help.
+      GLINT_CHECK(errors[i].find(kNeedsTemplate) == std::string::npos, where,
+                  ", and the tokenizer has none: give --tokenizer DIR with a chat template (tokenizer_config.json's "
+                  "chat_template, or chat_template.jinja), or write the data as {\"prompt\", \"completion\"} or "
+                  "{\"text\"} lines");
       GLINT_CHECK(st.bad_lines < o.max_bad_lines, where,
                   o.max_bad_lines > 0 ? " (more than --max-bad-lines " + std::to_string(o.max_bad_lines) + " bad lines)"
                                       : std::string(" (--max-bad-lines N skips up to N bad lines)"));

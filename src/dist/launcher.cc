@@ -52,16 +52,16 @@ std::string describe(int status) {
 }  // namespace
 
 void LaunchOptions::validate() const {
-  GLINT_CHECK(nproc >= 1, "launch: -n must be at least 1, got ", nproc);
-  GLINT_CHECK(nnodes >= 1, "launch: --nnodes must be at least 1, got ", nnodes);
-  GLINT_CHECK(node_rank >= 0 && node_rank < nnodes, "launch: --node-rank ", node_rank, " is not in [0, ",
+  GLINT_USAGE_CHECK(nproc >= 1, "launch: -n must be at least 1, got ", nproc);
+  GLINT_USAGE_CHECK(nnodes >= 1, "launch: --nnodes must be at least 1, got ", nnodes);
+  GLINT_USAGE_CHECK(node_rank >= 0 && node_rank < nnodes, "launch: --node-rank ", node_rank, " is not in [0, ",
               nnodes, ") (--nnodes ", nnodes, ")");
-  GLINT_CHECK(nnodes == 1 || (master_addr != "localhost" && master_addr.rfind("127.", 0) != 0),
+  GLINT_USAGE_CHECK(nnodes == 1 || (master_addr != "localhost" && master_addr.rfind("127.", 0) != 0),
               "launch: with --nnodes ", nnodes, ", --master-addr must be an address every node reaches "
               "(node 0's), not ", master_addr);
-  GLINT_CHECK(master_port >= 0 && master_port < 65536, "launch: --master-port ", master_port,
+  GLINT_USAGE_CHECK(master_port >= 0 && master_port < 65536, "launch: --master-port ", master_port,
               " is not a TCP port");
-  GLINT_CHECK(!command.empty(), "launch: no command given (usage: glint launch -n N -- CMD ...)");
+  GLINT_USAGE_CHECK(!command.empty(), "launch: no command given (usage: glint launch -n N -- CMD ...)");
 }
 
 int free_tcp_port() {
@@ -118,6 +118,7 @@ int launch(const LaunchOptions& o) {
       ::setenv("ROLE_WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("GLINT_LAUNCH", "1", 1);  // the ranks know who started them (World::launcher)
       std::vector<char*> argv;
       for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

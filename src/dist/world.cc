@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace glint {
@@ -35,7 +37,7 @@ World World::from_env() {
   World w;
   if (env("RANK") || env("WORLD_SIZE")) {
     GLINT_CHECK(env("RANK") && env("WORLD_SIZE"), "environment: RANK and WORLD_SIZE must be set together");
-    w.launcher = "torchrun";
+    w.launcher = env("GLINT_LAUNCH") ? "glint" : "torchrun";
     w.rank = env_int("RANK", 0);
     w.world_size = env_int("WORLD_SIZE", 1);
     w.local_rank = env_int_or("LOCAL_RANK", w.rank, 0);
@@ -72,7 +74,7 @@ World World::from_env() {
               "); glint needs the same number of ranks on every node");
   w.num_nodes = w.world_size / w.local_world_size;
   w.node = w.node_of(w.rank);
-  const char* group = w.launcher == "torchrun" ? "GROUP_RANK" : w.launcher == "slurm" ? "SLURM_NODEID" : nullptr;
+  const char* group = w.launcher == "torchrun" || w.launcher == "glint" ? "GROUP_RANK" : w.launcher == "slurm" ? "SLURM_NODEID" : nullptr;
   if (group && env(group)) {
     int n = env_int(group, 0);
     GLINT_CHECK(n == w.node, "environment (", w.launcher, "): ", group, "=", n, " but rank ", w.rank, " with ",
@@ -80,6 +82,38 @@ World World::from_env() {
                 "; glint needs ranks numbered node by node");
   }
   return w;
+}
+
+std::string World::launch_json() const {
+  return nlohmann::json{{"launcher", launcher},
+                        {"world_size", world_size},
+                        {"nproc_per_node", local_world_size},
+                        {"nnodes", num_nodes},
+                        {"master_addr", master_addr}}
+      .dump();
+}
+
+std::string launch_command_line(const std::string& launch_json, const std::string& command) {
+  const nlohmann::json j = nlohmann::json::parse(launch_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.value("launcher", nlohmann::json()).is_string()) return command;
+  const std::string launcher = j["launcher"];
+  const int world = j.value("world_size", 1), per_node = j.value("nproc_per_node", world), nodes = j.value("nnodes", 1);
+  const std::string addr = j.value("master_addr", std::string("127.0.0.1"));
+  const std::string n = std::to_string(per_node);
+  if (launcher == "glint") {
+    if (nodes <= 1) return "glint launch -n " + n + " -- " + command;
+    return "glint launch --nnodes " + std::to_string(nodes) + " --node-rank <node-rank> --master-addr " + addr +
+           " -n " + n + " -- " + command;
+  }
+  if (launcher == "torchrun") {
+    if (nodes <= 1) return "torchrun --no-python --nproc-per-node " + n + " " + command;
+    return "torchrun --no-python --nnodes " + std::to_string(nodes) + " --node-rank <node-rank> --master-addr " +
+           addr + " --nproc-per-node " + n + " " + command;
+  }
+  if (launcher == "openmpi") return "mpirun -n " + std::to_string(world) + " " + command;
+  if (launcher == "slurm")
+    return "MASTER_ADDR=" + addr + " srun --nodes " + std::to_string(nodes) + " --ntasks-per-node " + n + " " + command;
+  return command;
 }
 
 std::chrono::milliseconds dist_timeout() {

@@ -1,6 +1,6 @@
 // Where this process stands in a multi-process job, read from the launcher's
-// environment: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, GROUP_RANK), else OpenMPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID,
+// environment: torchrun or `glint launch` (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, GROUP_RANK; glint launch adds GLINT_LAUNCH=1), else OpenMPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID,
 // SLURM_NODEID, ...), else a single process.
 //
 // Ranks are numbered node by node (torchrun, glint launch, srun's block distribution,
@@ -22,13 +22,25 @@ struct World {
   int num_nodes = 1;  // world_size / local_world_size
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string launcher = "single";  // torchrun, openmpi, slurm or single
+  std::string launcher = "single";  // glint (glint launch), torchrun, openmpi, slurm or single
 
   bool distributed() const { return world_size > 1; }
   int node_of(int r) const { return r / local_world_size; }  // a rank's node
   // Throws glint::Error naming the variable for a malformed or inconsistent value.
   static World from_env();
+  // What the job's launcher is and how many ranks it started where, as JSON
+  // ({"launcher", "world_size", "nproc_per_node", "nnodes", "master_addr"}): recorded with
+  // a run's checkpoints so that the command continuing the run can start the same job.
+  std::string launch_json() const;
 };
+
+// The command line that starts `command` (e.g. "glint train --resume runs/x") as the job
+// described by `launch_json` (World::launch_json) was started: "glint launch -n 2 -- ...",
+// "torchrun --nproc-per-node 2 --no-python ...", "mpirun -n 4 ...", "srun ...", or the
+// command alone for a single process. Several nodes: the line to run on each node, with
+// <node-rank> to fill in where the launcher needs it. An empty or unreadable description
+// gives the command alone.
+std::string launch_command_line(const std::string& launch_json, const std::string& command);
 
 // GLINT_DIST_TIMEOUT_SECONDS (default 1800): how long a collective or the rendezvous
 // waits for the other ranks before failing.

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "export/from_checkpoint.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/checkpoint.h"
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
+#include "train/checkpoint.h"
 #include "train/run_dir.h"
 
 namespace glint {
@@ -127,13 +129,16 @@ void MergeOptions::validate() const {
 
 MergeReport merge_adapter(const MergeOptions& o) {
   o.validate();
-  const std::string problem = run_dir_problem(o.output, o.overwrite);
+  const std::string problem = output_dir_problem(o.output, o.overwrite);
   GLINT_USAGE_CHECK(problem.empty(), problem);
   GLINT_USAGE_CHECK(!same_directory(o.output, o.model_dir) && !same_directory(o.output, o.adapter_dir), "--output ",
                     o.output, " is the --model or --adapter directory; write the merged model elsewhere");
-  GLINT_CHECK(path_exists(o.adapter_dir + "/" + kAdapterConfig), o.adapter_dir, ": no ", kAdapterConfig,
-              " (is this a PEFT adapter directory? A training run keeps its adapter in RUN/adapter, a multi-tenant "
-              "run in RUN/<tenant>/adapter)");
+  const bool from_checkpoint = is_checkpoint_path(o.adapter_dir);
+  GLINT_USAGE_CHECK(path_exists(o.adapter_dir), "--adapter ", o.adapter_dir, ": no such directory");
+  GLINT_CHECK(from_checkpoint || path_exists(o.adapter_dir + "/" + kAdapterConfig), o.adapter_dir, ": no ",
+              kAdapterConfig, " (is this a PEFT adapter directory? A training run keeps its adapter in RUN/adapter, "
+              "a multi-tenant run in RUN/<tenant>/adapter; a run's checkpoints, RUN or RUN/checkpoints/step-N, are "
+              "taken too)");
   const std::string config_path = o.model_dir + "/config.json";
   GLINT_CHECK(path_exists(config_path), o.model_dir, ": no config.json (is this a Hugging Face model directory?)");
   MergeReport report;
@@ -153,8 +158,11 @@ MergeReport merge_adapter(const MergeOptions& o) {
     at::NoGradGuard no_grad;
     for (auto& item : model->named_buffers()) item.value().copy_(ckpt->read(item.key()));  // router state
   }
-  report.router_biases = path_exists(o.adapter_dir + "/" + kRouterBiasesFile);
-  LoraModel lora = load_adapter(o.adapter_dir, *model);  // replaces the router biases it carries
+  report.router_biases = from_checkpoint ? find_checkpoint(o.adapter_dir).manifest.at("identity").value(
+                                              "router_bias_update", false)
+                                        : path_exists(o.adapter_dir + "/" + kRouterBiasesFile);
+  // Replaces the router biases the adapter carries.
+  LoraModel lora = load_adapter_or_checkpoint(o.adapter_dir, *model, o.tenant, "--adapter");
 
   std::map<std::string, ParameterSite> sites;
   for (ParameterSite& s : parameter_sites(*model)) sites.emplace(s.name, s);

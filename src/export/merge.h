@@ -28,7 +28,9 @@ namespace glint {
 
 struct MergeOptions {
   std::string model_dir;      // the base model: a Hugging Face model directory
-  std::string adapter_dir;    // a PEFT LoRA adapter directory (adapter_config.json + weights)
+  std::string adapter_dir;    // a PEFT LoRA adapter directory (adapter_config.json + weights), or a
+                              // glint run or checkpoint directory (export/from_checkpoint.h)
+  std::string tenant;         // with a multi-tenant run's checkpoint: the tenant's adapter
   std::string output;         // the merged model directory: written whole or not at all
   std::string dtype = "keep";  // keep (each tensor as the base stored it), float32, bfloat16, float16
   uint64_t max_shard_bytes = 5ull << 30;  // largest shard file; a larger tensor gets its own

@@ -216,7 +216,10 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
   std::vector<bool> module_used(options.target_modules.size(), false);
   std::vector<bool> param_used(options.target_parameters.size(), false);
   std::vector<std::string> linear_names;  // matched linear names, in model order
+  std::vector<std::string> present;       // every adaptable name of this model, in model order
   for_each_adaptable(model, [&](const Adaptable& a) {
+    const std::string name = a.linear ? a.module_name : "experts." + a.parameter;
+    if (!contains(present, name)) present.push_back(name);
     if (a.linear) {
       bool wanted = all_linear;
       for (size_t i = 0; i < options.target_modules.size(); ++i)
@@ -269,14 +272,22 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
     lm.options.all_targets = false;
     return lm;
   }
-  const std::string valid = joined(model.family->lora_targets());
+  // What this model has, not what its family may have: a family's dense-MLP names are
+  // absent from a model whose every layer is MoE, its expert tensors from a dense one.
+  const std::string valid = joined(present);
+  auto why_absent = [&](const std::string& target) {
+    return contains(model.family->lora_targets(), target)
+               ? "'" + target + "' is a module of " + model.config.model_type + " models, but this one has none"
+               : "'" + target + "' is no module of " + model.config.model_type + " models";
+  };
   for (size_t i = 0; i < module_used.size(); ++i)
     GLINT_CHECK(module_used[i], "LoRA target module '", options.target_modules[i], "' matches no module of this ",
-                model.config.model_type, " model (its targets: ", valid, ")");
+                model.config.model_type, " model: ", why_absent(options.target_modules[i]),
+                " (this model's targets: ", valid, ")");
   for (size_t i = 0; i < param_used.size(); ++i)
     GLINT_CHECK(param_used[i], "LoRA target parameter '", options.target_parameters[i],
-                "' matches no parameter of this ", model.config.model_type, " model (it has no MoE layers; its targets: ",
-                valid, ")");
+                "' matches no parameter of this ", model.config.model_type, " model: it has no MoE layers",
+                " (this model's targets: ", valid, ")");
   if (all_linear) {  // the saved config names the modules, as PEFT writes it
     std::vector<std::string> named;
     for (const auto& t : options.target_modules)

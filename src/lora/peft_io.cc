@@ -187,37 +187,60 @@ void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalL
   for (auto& [dst, t] : reads) dst->copy_(t);
 }
 
+std::string adapter_base_model(const std::string& dir) {
+  const std::string path = dir + "/" + kConfigFile;
+  if (!path_exists(path)) return "";
+  nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.value("base_model_name_or_path", nlohmann::json()).is_string()) return "";
+  return j["base_model_name_or_path"].get<std::string>();
+}
+
 LoraModel load_adapter(const std::string& dir, CausalLMImpl& model) {
   LoraOptions o = lora_options_from_adapter_config(dir + "/" + kConfigFile);
+  // An adapter that does not fit was most likely trained on another model: every such
+  // error says which one.
+  auto another_model = [&](const Error& e) {
+    const std::string base = adapter_base_model(dir);
+    fail(e.what(), base.empty() ? std::string()
+                                : "; the adapter was trained on " + base + " (adapter_config.json "
+                                  "base_model_name_or_path), and this model is a " + model.config.model_type +
+                                  " with hidden_size " + std::to_string(model.config.hidden_size) + " and " +
+                                  std::to_string(model.config.num_hidden_layers) + " layers");
+  };
   // The router biases are checked before anything changes: a bad file leaves the model as it was.
   std::vector<std::pair<at::Tensor, at::Tensor>> biases;  // (the model's buffer, its saved value)
   const std::string bpath = dir + "/" + kRouterBiasesFile;
-  if (path_exists(bpath)) {
-    SafetensorsFile file(bpath);
-    std::set<std::string> known;
-    for (auto& [name, bias] : router_biases(model)) {
-      known.insert(name);
-      GLINT_CHECK(file.contains(name), bpath, ": missing key '", name, "'");
-      at::Tensor t = file.read(name);
-      GLINT_CHECK(t.sizes() == bias.sizes(), bpath, ": key '", name, "' has shape ", t.sizes(), ", expected ",
-                  bias.sizes());
-      biases.emplace_back(bias, t);
+  try {
+    if (path_exists(bpath)) {
+      SafetensorsFile file(bpath);
+      std::set<std::string> known;
+      for (auto& [name, bias] : router_biases(model)) {
+        known.insert(name);
+        GLINT_CHECK(file.contains(name), bpath, ": missing key '", name, "'");
+        at::Tensor t = file.read(name);
+        GLINT_CHECK(t.sizes() == bias.sizes(), bpath, ": key '", name, "' has shape ", t.sizes(), ", expected ",
+                    bias.sizes());
+        biases.emplace_back(bias, t);
+      }
+      for (const auto& key : file.keys())
+        GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
     }
-    for (const auto& key : file.keys())
-      GLINT_CHECK(known.count(key), bpath, ": unexpected key '", key, "' (not a router bias of this model)");
+  } catch (const Error& e) {
+    another_model(e);
   }
   // Attached, then filled: a weights file that does not fit takes the adapters off again
   // and unfreezes what apply_lora froze, so a refused adapter leaves the model as it was.
   std::vector<bool> trainable;
   for (const auto& p : model.parameters()) trainable.push_back(p.requires_grad());
-  LoraModel lora = apply_lora(model, o, /*seed=*/0);
+  LoraModel lora;
   try {
+    lora = apply_lora(model, o, /*seed=*/0);
     read_adapter_weights(dir, lora, model);
-  } catch (const Error&) {
+  } catch (const Error& e) {
     lora.detach_from(model);
     size_t i = 0;
     for (auto& p : model.parameters()) p.set_requires_grad(trainable[i++]);
-    throw;
+    another_model(e);
   }
   for (auto& [bias, value] : biases) bias.copy_(value);
   return lora;

@@ -61,6 +61,10 @@ void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalL
 // no adapters), and copies dir/router_biases.safetensors over the model's router biases
 // when the adapter has one. Missing, unexpected or wrongly shaped keys throw glint::Error
 // naming the file and the key.
+// Errors of an adapter that does not fit say which base model it was trained on.
 LoraModel load_adapter(const std::string& dir, CausalLMImpl& model);
+
+// adapter_config.json's base_model_name_or_path in `dir`, or "" when absent.
+std::string adapter_base_model(const std::string& dir);
 
 }  // namespace glint

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
+#include "dist/world.h"
+#include "train/run_dir.h"
 
 namespace glint {
 
@@ -95,6 +97,7 @@ void write_state_directory(Comm& comm, const std::string& partial, const std::st
       nlohmann::json manifest = {{"format", kFormat},       {"version", kVersion},          {"step", content.step},
                                  {"world_size", comm.size()}, {"mesh", content.mesh},       {"identity", content.identity},
                                  {"state", content.state},  {"files", files},               {"pieces", pieces}};
+      if (!content.run.is_null()) manifest["run"] = content.run;
       write_text_atomic(partial + "/manifest.json", manifest.dump(1));
       std::error_code ec;
       fs::rename(partial, final_dir, ec);
@@ -159,8 +162,16 @@ CheckpointDir find_checkpoint(const std::string& path) {
     const std::map<int64_t, std::string> all = complete_checkpoints(path + "/checkpoints");
     const std::optional<int64_t> named = checkpoint_step(name);
     if (named && !all.empty() && all.rbegin()->first > *named) c.dir = all.rbegin()->second;
+  } else if (!path_exists(path)) {
+    usage_fail(path, ": no such directory");
+  } else if (run_dir_unstarted(path)) {
+    fail(path, ": the run there stopped before its first checkpoint, so there is nothing to continue; start it "
+         "again into the same directory: glint train --config ", path, "/config.toml --output ", path);
   } else if (path_exists(path + "/checkpoints")) {
     fail(path, ": no complete checkpoint (checkpoints/latest is missing: no save finished)");
+  } else if (path_exists(path + "/config.toml") || path_exists(path + "/metrics.jsonl")) {
+    fail(path, ": this run saved no checkpoint (checkpoints are written by --save-every N, --stop-after N and "
+         "a stop signal), so it cannot be continued");
   } else {
     fail(path, ": neither a run directory with checkpoints/ nor a checkpoint directory (no manifest.json)");
   }
@@ -200,6 +211,12 @@ void read_checkpoint_pieces(const CheckpointDir& ckpt, const std::vector<StatePi
 nlohmann::json checkpoint_rank_state(const CheckpointDir& ckpt, int rank) {
   if (rank >= ckpt.manifest.at("world_size").get<int>()) return nullptr;
   return read_json_file(ckpt.dir + "/" + rank_file(rank, "json")).at("state");
+}
+
+std::string resume_command(const CheckpointDir& ckpt, const std::string& path) {
+  const nlohmann::json launch = ckpt.manifest.contains("run") ? ckpt.manifest["run"].value("launch", nlohmann::json())
+                                                              : nlohmann::json();
+  return launch_command_line(launch.is_object() ? launch.dump() : "", "glint train --resume " + path);
 }
 
 std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now) {

@@ -34,6 +34,9 @@ struct CheckpointContent {
                               // must match it
   nlohmann::json mesh;        // world size and parallel layout (a resume may differ)
   nlohmann::json rank_state;  // this rank's own state
+  nlohmann::json run;         // how the run was started, for what continues or exports it
+                              // (never compared): {"launch": World::launch_json(),
+                              // "base_model": --model or the built-in base, "lora_dropout"}
   std::vector<StatePiece> pieces;
 };
 
@@ -74,6 +77,11 @@ void read_checkpoint_pieces(const CheckpointDir& ckpt, const std::vector<StatePi
 
 // Rank `rank`'s own state as saved, or null when the checkpoint had fewer ranks.
 nlohmann::json checkpoint_rank_state(const CheckpointDir& ckpt, int rank);
+
+// The command that continues the run from `path` (a run or checkpoint directory) as the
+// job that saved `ckpt` was started: "glint launch -n 2 -- glint train --resume runs/x",
+// or "glint train --resume runs/x" for one process (dist/world.h launch_command_line).
+std::string resume_command(const CheckpointDir& ckpt, const std::string& path);
 
 // The differences between two identities, "field: saved X, now Y" each; empty when equal.
 std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now);

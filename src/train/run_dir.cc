@@ -24,7 +24,7 @@ std::string new_run_dir(const std::string& parent) {
   return dir;
 }
 
-std::string run_dir_problem(const std::string& dir, bool overwrite) {
+std::string output_dir_problem(const std::string& dir, bool overwrite, const std::string& alternative) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return "";
   if (!fs::is_directory(dir, ec)) return "--output " + dir + " is a file, not a directory";
@@ -36,9 +36,41 @@ std::string run_dir_problem(const std::string& dir, bool overwrite) {
   std::string some;
   for (size_t i = 0; i < entries.size() && i < 4; ++i) some += (i ? ", " : "") + entries[i];
   if (entries.size() > 4) some += ", ...";
-  return "--output " + dir + " already holds a run (" + some +
-         "); nothing was written. Choose a new --output (or leave it out: each run gets a new directory "
-         "under runs/), or pass --overwrite to write over it";
+  return "--output " + dir + " is not empty (" + some + "); nothing was written. Choose a new --output" +
+         alternative + ", or pass --overwrite to write over it";
+}
+
+std::string run_dir_problem(const std::string& dir, bool overwrite) {
+  if (run_dir_unstarted(dir)) return "";
+  std::string problem =
+      output_dir_problem(dir, overwrite, " (or leave it out: each run gets a new directory under runs/)");
+  const std::string not_empty = "--output " + dir + " is not empty";
+  if (problem.rfind(not_empty, 0) == 0) problem = "--output " + dir + " already holds a run" + problem.substr(not_empty.size());
+  return problem;
+}
+
+bool run_dir_unstarted(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "config.toml" || name == "report.html" || name == "base-model") continue;
+    if (name == "metrics.jsonl" && fs::is_regular_file(e.path(), ec) && fs::file_size(e.path(), ec) == 0) continue;
+    if (name == "checkpoints" && fs::is_directory(e.path(), ec) && fs::is_empty(e.path(), ec)) continue;
+    return false;
+  }
+  return !ec;
+}
+
+void remove_unstarted_run(const std::string& dir, bool keep_directory) {
+  std::error_code ec;
+  if (!keep_directory) {
+    fs::remove_all(dir, ec);
+    return;
+  }
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
+  for (const fs::path& p : entries) fs::remove_all(p, ec);
 }
 
 int copy_tokenizer_files(const std::string& from, const std::string& to) {

@@ -82,6 +82,7 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data, std::vector<s
   bank_ = std::make_unique<TenantBank>(*model_, int64_t(opt_.tenants.size()), r_max);
   int64_t steps = 0;
   for (size_t i = 0; i < opt_.tenants.size(); ++i) {
+    if (opt_.tenants[i].steps == 0) opt_.tenants[i].steps = steps_for_epochs(data[i].size(), opt_.tenants[i].batch_size);
     const TenantSpec& spec = opt_.tenants[i];
     GLINT_CHECK(spec.batch_size % W == 0, "tenant ", spec.adapter.name, ": batch (", spec.batch_size,
                 ") must be a multiple of the number of ranks (", W, ")");

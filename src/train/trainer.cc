@@ -38,7 +38,11 @@
 namespace glint {
 
 void TrainOptions::validate() const {
-  GLINT_USAGE_CHECK(steps > 0, "--steps must be positive, got ", steps);
+  GLINT_USAGE_CHECK(steps >= 0, "--steps must be positive (or 0: from --epochs), got ", steps);
+  GLINT_USAGE_CHECK(std::isfinite(epochs) && epochs >= 0, "--epochs must be positive, got ", epochs);
+  GLINT_USAGE_CHECK(steps > 0 || epochs > 0, "--steps 0 counts the steps from --epochs, which is not set");
+  GLINT_USAGE_CHECK(steps > 0 || service_slots > 0 || !data.empty() || !tenants.empty(),
+                    "--epochs needs --data (the built-in task is endless: give --steps)");
   GLINT_USAGE_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
   GLINT_USAGE_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
   GLINT_USAGE_CHECK(fsdp_overlap == "auto" || fsdp_overlap == "on" || fsdp_overlap == "off",
@@ -71,22 +75,32 @@ void TrainOptions::validate() const {
                     "the whole batch and would couple the tenants");
   GLINT_USAGE_CHECK(tenants.empty() || lora.dropout == 0,
                     "--lora-dropout does not go with --tenant (tenant adapters train without dropout)");
-  GLINT_USAGE_CHECK(data.empty() || path_exists(data), "--data ", data, ": no such file");
-  GLINT_USAGE_CHECK(eval_data.empty() || path_exists(eval_data), "--eval-data ", eval_data, ": no such file");
+  GLINT_USAGE_CHECK(full || lora.r > 0, "--lora-r must be positive, got ", lora.r);
+  GLINT_USAGE_CHECK(full || (std::isfinite(lora.alpha) && lora.alpha > 0), "--lora-alpha must be positive, got ",
+                    lora.alpha);
+  GLINT_USAGE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "--lora-dropout must be in [0, 1), got ", lora.dropout);
+  GLINT_USAGE_CHECK(ep >= 1, "--ep must be at least 1, got ", ep);
+  auto data_file = [](const std::string& path, const char* flag) {
+    GLINT_USAGE_CHECK(path.empty() || path_exists(path), flag, " ", path, ": no such file");
+    GLINT_USAGE_CHECK(path.empty() || !is_directory(path), flag, " ", path,
+                      " is a directory; it takes one JSONL file (one JSON object per line)");
+  };
+  data_file(data, "--data");
+  data_file(eval_data, "--eval-data");
   GLINT_USAGE_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
   GLINT_USAGE_CHECK(eval_batches >= 0, "--eval-batches must be >= 0, got ", eval_batches);
   GLINT_USAGE_CHECK(save_every >= 0, "--save-every must be >= 0, got ", save_every);
   GLINT_USAGE_CHECK(stop_after >= 0, "--stop-after must be >= 0, got ", stop_after);
-  GLINT_USAGE_CHECK(keep_last >= 0, "--keep-last must be >= 0, got ", keep_last);
+  GLINT_USAGE_CHECK(keep_last >= 0, "--keep-last must be a count of checkpoints or all, got ", keep_last);
   GLINT_USAGE_CHECK(init_adapter.empty() || !full, "--init-adapter starts LoRA training; it does not go with --full");
   GLINT_USAGE_CHECK(init_adapter.empty() || tenants.empty(),
                     "--init-adapter does not go with --tenant (each tenant starts from its own initialisation)");
   GLINT_USAGE_CHECK(init_adapter.empty() || path_exists(init_adapter + "/adapter_config.json"), "--init-adapter ",
                     init_adapter, ": no adapter_config.json (is this a PEFT adapter directory?)");
   for (const TenantSpec& t : tenants) {
-    GLINT_USAGE_CHECK(path_exists(t.data), "--tenant ", t.adapter.name, ": data ", t.data, ": no such file");
-    GLINT_USAGE_CHECK(t.eval_data.empty() || path_exists(t.eval_data), "--tenant ", t.adapter.name, ": eval ",
-                      t.eval_data, ": no such file");
+    const std::string tenant = "--tenant " + t.adapter.name + ":";
+    data_file(t.data, (tenant + " data").c_str());
+    data_file(t.eval_data, (tenant + " eval").c_str());
   }
   GLINT_USAGE_CHECK(model_dir.empty() || path_exists(model_dir + "/config.json"), "--model ", model_dir,
                     ": no config.json (is this a Hugging Face model directory?)");
@@ -209,7 +223,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   // The data before the weights: a bad line costs seconds, not a checkpoint load.
   CollateOptions collate;
   collate.pack = opt_.pack;
-  std::vector<std::vector<Sample>> tenant_data;
+  std::vector<std::vector<Sample>> tenant_data, tenant_eval;
   if (service) {
     collate.seq_len = model_->config.max_position_embeddings;
   } else if (builtin_task_) {
@@ -224,14 +238,24 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     GLINT_CHECK(!samples_.empty(), "--seq-len ", collate.seq_len, " leaves no built-in task sample with a trained token");
     report_.push_back(epoch_line("built-in task", samples_, opt_.steps, opt_.batch_size));
   } else {
-    std::vector<std::string> paths;
-    if (opt_.tenants.empty()) paths.push_back(opt_.data);
-    for (const TenantSpec& t : opt_.tenants) paths.push_back(t.data);
+    std::vector<std::string> paths, eval_paths;
+    if (opt_.tenants.empty()) {
+      paths.push_back(opt_.data);
+      eval_paths.push_back(opt_.eval_data);
+    }
+    for (const TenantSpec& t : opt_.tenants) {
+      paths.push_back(t.data);
+      eval_paths.push_back(t.eval_data);
+    }
     data_.reset(new DataState{std::nullopt, collate});  // load_data sets seq_len and pad_id
-    std::vector<std::vector<Sample>> sets = load_data(paths, vocab);
+    std::vector<std::vector<Sample>> evals;
+    std::vector<std::vector<Sample>> sets = load_data(paths, eval_paths, vocab, &evals);
+    if (opt_.tenants.empty()) eval_samples_ = std::move(evals[0]);
+    else tenant_eval = std::move(evals);
     collate = data_->collate;
     if (opt_.tenants.empty()) {
       samples_ = std::move(sets[0]);
+      if (opt_.steps == 0) opt_.steps = steps_for_epochs(samples_.size(), opt_.batch_size);
       report_.push_back(epoch_line(opt_.data, samples_, opt_.steps, opt_.batch_size));
     } else {
       tenant_data = std::move(sets);
@@ -239,7 +263,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   }
   data_.reset(new DataState{std::nullopt, collate});
   if (opt_.tenants.empty() && !service) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
-  // Validation sets, cut to the training length.
+  // The built-in task's validation set, cut to its length.
   auto load_eval = [&](const std::string& path) {
     int64_t pad = data_->collate.pad_id;
     std::vector<Sample> set = read_data(path, vocab, &pad);
@@ -249,9 +273,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                 data_->collate.seq_len);
     return set;
   };
-  if (!opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
-  std::vector<std::vector<Sample>> tenant_eval;
-  for (const TenantSpec& t : opt_.tenants) tenant_eval.push_back(t.eval_data.empty() ? std::vector<Sample>{} : load_eval(t.eval_data));
+  if (builtin_task_ && !opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
   if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on

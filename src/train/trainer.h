@@ -51,13 +51,18 @@ struct TrainOptions {
   std::string enable_thinking;   // chat template variable: "true", "false" or "" (unset)
   std::string output;            // run directory ("" = the CLI's default: a new
                                  // directory under runs/; the Trainer needs one to run())
-  int64_t steps = 1000;          // optimizer steps
+  int64_t steps = 1000;          // optimizer steps; 0 = as many as `epochs` passes over
+                                 // the training data take (ceil(epochs x samples / batch))
+  double epochs = 0;             // with steps 0: passes over the data (glint train's default
+                                 // on the user's data: 3)
   int64_t batch_size = 32;       // sequences per optimizer step, over all ranks
   int64_t micro_batch_size = 0;  // sequences per forward/backward on one rank; 0 = the
                                  // largest share of the batch whose estimated peak memory
                                  // fits memory_budget
   std::string memory_budget;     // per rank, "24G" / "1500M" ("" = 90% of the memory
                                  // available at start, shared by the node's ranks)
+  bool ignore_memory_estimate = false;  // start even when the estimated peak memory per
+                                        // rank exceeds memory_budget (else refused)
   int64_t seq_len = 0;           // longest row in tokens; longer samples are cut (and
                                  // reported); 0 = the longest sample rounded up to 8,
                                  // capped by max_position_embeddings
@@ -101,7 +106,7 @@ struct TrainOptions {
   std::string init_adapter;      // start LoRA training from this PEFT adapter directory
                                  // (its rank, alpha and targets replace --lora-*)
   int64_t save_every = 0;        // checkpoint every N steps and at the end (0 = never)
-  int64_t keep_last = 0;         // checkpoints kept (the newest; 0 = all)
+  int64_t keep_last = 0;         // checkpoints kept (the newest; 0 = all: --keep-last all)
   int64_t stop_after = 0;        // stop after this step as a stop signal does: a checkpoint,
                                  // then exit 0 (a job in a time-limited slot); 0 = never
   std::string resume;            // continue from this checkpoint (a run directory's latest,
@@ -184,6 +189,8 @@ class Trainer {
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   // The step the run starts after: 0, or the resumed checkpoint's.
   int64_t start_step() const { return start_step_; }
+  // The last step finished (start_step() until the first step of this process ends).
+  int64_t current_step() const { return step_; }
   // Collective: writes OUT/checkpoints/step-<current step>/ (train/checkpoint.h).
   void save_checkpoint_now();
   // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
@@ -256,12 +263,18 @@ class Trainer {
   // Reads `path` whole (pre-tokenized, or text tokenized as in data/text_dataset.h); sets
   // the padding id for text data. Samples are cut to the sequence length later.
   std::vector<Sample> read_data(const std::string& path, int64_t vocab, int64_t* pad_id);
-  // Reads every data file, chooses the sequence length and cuts to it, reporting each.
-  // Returns one sample set per file (the run's, or each tenant's).
-  std::vector<std::vector<Sample>> load_data(const std::vector<std::string>& paths, int64_t vocab);
+  // Reads every data file and validation file ("" for none: an empty set), chooses the
+  // sequence length from all of them (so that nothing is cut unless --seq-len asks) and
+  // cuts to it, reporting each. Returns one sample set per training file (the run's, or
+  // each tenant's); *evals gets one per eval_paths entry.
+  std::vector<std::vector<Sample>> load_data(const std::vector<std::string>& paths,
+                                             const std::vector<std::string>& eval_paths, int64_t vocab,
+                                             std::vector<std::vector<Sample>>* evals);
   // "data.jsonl: one epoch = 59 samples, 23,456 tokens (4,321 trained); 1000 steps x 32
   // = 542.4 epochs" for a sample set trained `steps` x `batch`.
   std::string epoch_line(const std::string& what, const std::vector<Sample>& samples, int64_t steps, int64_t batch);
+  // The steps of opt_.epochs passes over `samples` in batches of `batch` (at least 1).
+  int64_t steps_for_epochs(size_t samples, int64_t batch) const;
   // Chooses the micro-batch size (when not set) and reports the memory estimate.
   void plan_memory();
   std::unique_ptr<TextTokenizer> text_tokenizer_;  // loaded by the first text file
@@ -280,6 +293,11 @@ class Trainer {
   StepStats step_tenants(const std::vector<Batch>& micro_batches);
   // base_model: adapter_config.json's base_model_name_or_path ("" = the run's model).
   void save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model = "");
+  // Rank 0 writes OUT/base-model when the base is the built-in random model (once).
+  void save_random_base();
+  // The adapter's base_model_name_or_path: --model, "glint/random-<type>" for a config
+  // without weights, or OUT/base-model for the built-in task's random base.
+  std::string base_model_name() const;
   int64_t tenant_weight_bytes() const;
   struct TenantState {
     TenantSpec spec;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "dist/world.h"
 #include "io/sharded_state.h"
 #include "lora/peft_io.h"
 #include "model/family.h"
@@ -135,6 +136,9 @@ void Trainer::save_checkpoint_now() {
   c.step = step_;
   c.identity = identity();
   c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
+  c.run = {{"launch", nlohmann::json::parse(World::from_env().launch_json())},
+           {"base_model", base_model_name()},
+           {"lora_dropout", opt_.lora.dropout}};
   c.state = {{"step", step_}};
   if (optimizer_) c.state["optimizer_steps"] = optimizer_->steps_taken();
   if (data_->sampler) c.state["sampler"] = sampler_json(*data_->sampler, samples_.size());
@@ -163,10 +167,14 @@ void Trainer::resume(const std::string& path) {
   const nlohmann::json& st = ckpt.manifest.at("state");
   step_ = st.at("step").get<int64_t>();
   start_step_ = step_;
-  GLINT_USAGE_CHECK(step_ < opt_.steps, ckpt.dir, " is at step ", step_, ", the run's --steps is ", opt_.steps,
-                    ": nothing is left to train (a larger --steps continues it)");
-  GLINT_USAGE_CHECK(opt_.stop_after == 0 || step_ < opt_.stop_after, ckpt.dir, " is at step ", step_,
-                    ": --stop-after ", opt_.stop_after, " is not after it (a later step, or none, continues it)");
+  // At --steps already (an interrupted run whose last step was saved, or a finished one
+  // resumed with its own --steps): nothing is left to train, and run() writes the run's
+  // outputs from the checkpoint.
+  GLINT_USAGE_CHECK(step_ <= opt_.steps, ckpt.dir, " is at step ", step_, ", past the run's --steps ", opt_.steps,
+                    " (a larger --steps continues it)");
+  GLINT_USAGE_CHECK(opt_.stop_after == 0 || step_ < opt_.stop_after || step_ == opt_.steps, ckpt.dir,
+                    " is at step ", step_, ": --stop-after ", opt_.stop_after,
+                    " is not after it (a later step, or none, continues it)");
   if (optimizer_) optimizer_->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
   std::vector<std::string> notes;
   if (data_->sampler) notes.push_back(restore_sampler(*data_->sampler, st.value("sampler", nlohmann::json()), samples_.size(), "data"));

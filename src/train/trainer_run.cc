@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "core/stop_signal.h"
 #include "dist/comm.h"
+#include "dist/world.h"
 #include "train/metrics.h"
 #include "train/report.h"
 #include "train/trainer.h"
@@ -41,6 +42,7 @@ void Trainer::run() {
     make_dirs(opt_.output);
     metrics = open_metrics(opt_.output + "/metrics.jsonl", start_step_);
   }
+  save_random_base();
   // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
   std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
   if (lead)
@@ -65,6 +67,13 @@ void Trainer::run() {
   };
   for (const std::string& line : report_) say(line);
   for (const std::string& line : notes) say(line);
+  if (resumed && start_step_ >= opt_.steps) {
+    say("step " + std::to_string(start_step_) + " is the run's last (--steps " + std::to_string(opt_.steps) +
+        "): nothing is left to train; writing its outputs from the checkpoint");
+    if (lead) progress.finish();
+    save();
+    return;
+  }
   say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
       "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
@@ -208,7 +217,8 @@ void Trainer::run() {
  const int sig = StopSignals::received();
       say(std::string("stopped by ") +
           (!signalled ? "--stop-after" : sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal to another rank") +
-          " after step " + std::to_string(s) + "; to continue: glint train --resume " + opt_.output);
+          " after step " + std::to_string(s) + "; to continue: " +
+          launch_command_line(World::from_env().launch_json(), "glint train --resume " + opt_.output));
       return;
     }
   }

@@ -61,13 +61,6 @@ void Trainer::save() {
       save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
     return;
   }
-  // The built-in task's base model is random: written beside the adapter, which is of no
-  // use without it (glint generate --model OUT/base-model --adapter OUT/adapter).
-  if (opt_.model_dir.empty() && !opt_.model_config && comm_->rank() == 0) {
-    CausalLM base(model_->config, TensorPlacement{model_->placement.dtype, c10::Device(c10::kCPU)});
-    init_weights(*base, opt_.seed);
-    save_pretrained(*base, opt_.output + "/base-model");
-  }
   save_lora(lora_, opt_.output + "/adapter");
   // Balancing moved the base model's router biases: saved beside the adapter under
   // their Hub names, to be loaded over the base model's.
@@ -75,11 +68,25 @@ void Trainer::save() {
     write_safetensors(opt_.output + "/adapter/" + kRouterBiasesFile, router_biases(*model_));
 }
 
+void Trainer::save_random_base() {
+  // The built-in base model is random: written before the first step, so that the final
+  // adapter and every checkpoint's (glint export) have it beside them
+  // (glint generate --model OUT/base-model --adapter OUT/adapter).
+  if (!opt_.model_dir.empty() || opt_.model_config || comm_->rank() != 0) return;
+  if (path_exists(opt_.output + "/base-model/config.json")) return;
+  CausalLM base(model_->config, TensorPlacement{model_->placement.dtype, c10::Device(c10::kCPU)});
+  init_weights(*base, opt_.seed);
+  save_pretrained(*base, opt_.output + "/base-model");
+}
+
+std::string Trainer::base_model_name() const {
+  return !opt_.model_dir.empty() ? opt_.model_dir
+         : opt_.model_config    ? "glint/random-" + model_->config.model_type
+                                : opt_.output + "/base-model";
+}
+
 void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model) {
-  const std::string base = !base_model.empty()        ? base_model
-                           : !opt_.model_dir.empty() ? opt_.model_dir
-                           : opt_.model_config   ? "glint/random-" + model_->config.model_type
-                                                 : opt_.output + "/base-model";
+  const std::string base = !base_model.empty() ? base_model : base_model_name();
   if (!ep_comm_) {
     if (comm_->rank() == 0) save_adapter(dir, lora, base);
     return;

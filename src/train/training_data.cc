@@ -3,6 +3,8 @@
 // plan (the micro-batch and the estimate printed before step 1).
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -57,11 +59,19 @@ std::vector<Sample> Trainer::read_data(const std::string& path, int64_t vocab, i
   return samples;
 }
 
-std::vector<std::vector<Sample>> Trainer::load_data(const std::vector<std::string>& paths, int64_t vocab) {
+std::vector<std::vector<Sample>> Trainer::load_data(const std::vector<std::string>& paths,
+                                                    const std::vector<std::string>& eval_paths, int64_t vocab,
+                                                    std::vector<std::vector<Sample>>* evals) {
   std::vector<std::vector<Sample>> sets;
+  std::vector<std::string> all = paths;
+  all.insert(all.end(), eval_paths.begin(), eval_paths.end());
   int64_t longest = 0, longest_line = 0;
   std::string longest_path;
-  for (const std::string& path : paths) {
+  for (const std::string& path : all) {
+    if (path.empty()) {
+      sets.emplace_back();
+      continue;
+    }
     sets.push_back(read_data(path, vocab, &data_->collate.pad_id));
     int64_t line = 0, n = longest_sample(sets.back(), &line);
     if (n > longest) {
@@ -77,12 +87,16 @@ std::vector<std::vector<Sample>> Trainer::load_data(const std::vector<std::strin
   report_.push_back(line);
   data_->collate.seq_len = seq_len;
   for (size_t i = 0; i < sets.size(); ++i) {
+    if (all[i].empty()) continue;
+    const bool validation = i >= paths.size();
     LengthReport r = fit_to_length(&sets[i], seq_len);
-    if (r.cut > 0) report_.push_back(paths[i] + ": " + r.summary());
-    if (r.lost > 0) report_.push_back(r.lost_warning(paths[i]));
-    GLINT_CHECK(!sets[i].empty(), paths[i], ": no sample keeps a trained token within --seq-len ", seq_len,
-                " (the longest has ", r.longest, " tokens)");
+    if (r.cut > 0) report_.push_back(all[i] + ": " + r.summary());
+    if (r.lost > 0) report_.push_back(r.lost_warning(all[i]));
+    GLINT_CHECK(!sets[i].empty(), all[i], ": no ", validation ? "validation " : "",
+                "sample keeps a trained token within --seq-len ", seq_len, " (the longest has ", r.longest, " tokens)");
   }
+  evals->assign(std::make_move_iterator(sets.begin() + int64_t(paths.size())), std::make_move_iterator(sets.end()));
+  sets.resize(paths.size());
   return sets;
 }
 
@@ -102,6 +116,11 @@ std::string Trainer::epoch_line(const std::string& what, const std::vector<Sampl
                      grouped(batch) + " samples = " + buf + " epochs";
   if (epochs >= 20) line += " (each sample seen ~" + grouped(int64_t(epochs + 0.5)) + " times: watch for overfitting)";
   return line;
+}
+
+int64_t Trainer::steps_for_epochs(size_t samples, int64_t batch) const {
+  GLINT_ASSERT(opt_.epochs > 0 && batch > 0, "epochs ", opt_.epochs, " batch ", batch);
+  return std::max<int64_t>(1, int64_t(std::ceil(opt_.epochs * double(samples) / double(batch) - 1e-9)));
 }
 
 void Trainer::plan_memory() {
@@ -162,10 +181,25 @@ void Trainer::plan_memory() {
                          : " (micro-batch: the most sequences of at most " + std::to_string(kMicroBatchTokens) +
                                " tokens that fit the budget)";
   report_.push_back(line);
-  if (budget > 0 && e.total_mb() > budget)
-    report_.push_back(std::string("warning: the estimate exceeds the memory budget") +
-                      (chosen_by_user ? "; a smaller --micro-batch-size" : " even at one sequence per micro-batch;") +
-                      " --activation-checkpointing, --fsdp or a shorter --seq-len would lower it");
+  // The ranks agree: one that refuses alone would leave the others waiting in a collective.
+  at::Tensor over = at::tensor({budget > 0 && e.total_mb() > budget ? 1.0 : 0.0}, at::kDouble);
+  if (W > 1) comm_->all_reduce_sum(over);
+  if (over.item<double>() == 0) return;
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, "the estimated peak memory per rank, %s MB, exceeds the budget of %s MB%s",
+                grouped(int64_t(e.total_mb() + 0.5)).c_str(), grouped(int64_t(budget + 0.5)).c_str(), e.total_mb() > budget ? "" : " on another rank");
+  std::string fixes = std::string(chosen_by_user ? "a smaller --micro-batch-size, " : "") +
+                      (opt_.fsdp || opt_.activation_checkpointing ? "" : "--activation-checkpointing, ") +
+                      (opt_.fsdp || comm_->size() == 1 ? "" : "--fsdp, ") + "a shorter --seq-len (now " +
+                      grouped(in.seq_len) + ") or more ranks would lower it";
+  if (opt_.ignore_memory_estimate) {
+    report_.push_back(std::string("warning: ") + numbers + " (--ignore-memory-estimate); " + fixes);
+    return;
+  }
+  // Refused before the first step allocates: a plan that does not fit would end in an
+  // allocation failure (or the kernel's OOM killer) minutes later.
+  usage_fail(line, "\n", numbers, (chosen_by_user ? "" : " even at one sequence per micro-batch"), "; ", fixes,
+             ". --memory-budget sets the budget; --ignore-memory-estimate starts anyway");
 }
 
 }  // namespace glint
