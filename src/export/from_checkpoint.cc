@@ -4,12 +4,14 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <map>
 #include <set>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/staged_dir.h"
+#include "dist/comm.h"
+#include "dist/world.h"
 #include "core/fs.h"
 #include "io/safetensors.h"
 #include "io/sharded_state.h"
@@ -21,7 +23,6 @@
 
 namespace glint {
 
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -94,31 +95,6 @@ CausalLM checkpoint_model_shape(const CheckpointDir& ckpt) {
   place.lazy = true;
   return CausalLM(config, place);
 }
-
-// out.partial beside `out`, emptied; renamed over `out` by finish().
-struct Staging {
-  std::string out, partial;
-  bool overwrite;
-  Staging(const std::string& o, bool ow) : out(o), partial(o + ".partial"), overwrite(ow) {
-    std::error_code ec;
-    GLINT_USAGE_CHECK(overwrite || !fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec)),
-                      "--output ", out, " exists and is not empty; nothing was written. Choose a new --output, or "
-                      "pass --overwrite to replace it");
-    fs::remove_all(partial, ec);
-    make_dirs(partial);
-  }
-  void finish() {
-    std::error_code ec;
-    if (fs::exists(out, ec)) fs::remove_all(out, ec);
-    GLINT_CHECK(!ec, out, ": cannot replace it (", ec.message(), ")");
-    fs::rename(partial, out, ec);
-    GLINT_CHECK(!ec, out, ": cannot rename ", partial, " into place (", ec.message(), ")");
-  }
-  ~Staging() {
-    std::error_code ec;
-    fs::remove_all(partial, ec);  // left only when finish() did not run
-  }
-};
 
 }  // namespace
 
@@ -244,15 +220,13 @@ ExportReport export_checkpoint(const std::string& path, const std::string& out, 
   const CheckpointDir ckpt = find_checkpoint(path);
   const CheckpointTraining t = checkpoint_training(ckpt);
   // Every file against its manifest checksum first: a corrupted checkpoint exports nothing.
-  for (const auto& f : ckpt.manifest.at("files")) {
-    const std::string p = ckpt.dir + "/" + f.at("name").get<std::string>();
-    GLINT_CHECK(file_checksum(p) == f.at("checksum").get<std::string>(), p,
-                ": its checksum differs from the manifest's (the file is corrupted)");
-  }
+  verify_checkpoint(*Comm::create(World()), ckpt);
   ExportReport report;
   report.kind = t.kind;
   report.step = ckpt.step();
-  Staging staging(out, overwrite);
+  const std::string problem = output_dir_problem(out, overwrite);
+  GLINT_USAGE_CHECK(problem.empty(), problem);
+  StagedDir staging(out, "the export");
   const nlohmann::json& id = ckpt.manifest.at("identity");
   if (t.kind == "full") {
     GLINT_USAGE_CHECK(tenant.empty(), "--tenant: ", ckpt.dir, " is a full fine-tuning checkpoint");
@@ -269,24 +243,24 @@ ExportReport export_checkpoint(const std::string& path, const std::string& out, 
       at::NoGradGuard no_grad;
       read_checkpoint_pieces(ckpt, pieces);
     }
-    save_pretrained(*model, staging.partial);
-    copy_tokenizer_files(t.base_model, staging.partial);
+    save_pretrained(*model, staging.dir());
+    copy_tokenizer_files(t.base_model, staging.dir());
     report.dirs.push_back(out);
   } else {
     CausalLM model = checkpoint_model_shape(ckpt);
     std::vector<std::string> tenants = {tenant};
     if (t.kind == "tenants" && tenant.empty()) tenants = t.tenants;
     for (const std::string& name : tenants) {
-      const std::string dir = staging.partial + (t.kind == "tenants" && tenant.empty() ? "/" + name : "");
+      const std::string dir = staging.dir() + (t.kind == "tenants" && tenant.empty() ? "/" + name : "");
       LoraModel lora = adapter_from_checkpoint(ckpt, *model, name);
       make_dirs(dir);
       save_adapter(dir, lora, t.base_model);
       if (id.value("router_bias_update", false)) write_safetensors(dir + "/" + kRouterBiasesFile, router_biases(*model));
       lora.detach_from(*model);
-      report.dirs.push_back(out + (dir.size() > staging.partial.size() ? "/" + name : ""));
+      report.dirs.push_back(out + (dir.size() > staging.dir().size() ? "/" + name : ""));
     }
   }
-  staging.finish();
+  staging.commit();
   return report;
 }
 

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "export/from_checkpoint.h"
 #include "core/error.h"
+#include "core/staged_dir.h"
 #include "core/fs.h"
 #include "io/checkpoint.h"
 #include "lora/peft_io.h"
@@ -34,54 +35,6 @@ bool same_directory(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
 }
-
-// The directory the output is written into: a hidden sibling of it, so that the final
-// rename stays on one file system. Removed unless committed.
-class StagingDir {
- public:
-  explicit StagingDir(const std::string& output) : output_(fs::path(output).lexically_normal()) {
-    if (output_.filename().empty()) output_ = output_.parent_path();  // "out/" -> "out"
-    const std::string pid = std::to_string(::getpid()), name = output_.filename().string();
-    staging_ = output_.parent_path() / ("." + name + ".merging." + pid);
-    replaced_ = output_.parent_path() / ("." + name + ".replaced." + pid);
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
-    make_dirs(staging_.string());
-  }
-  ~StagingDir() {
-    std::error_code ec;
-    if (!committed_) fs::remove_all(staging_, ec);
-  }
-  StagingDir(const StagingDir&) = delete;
-  StagingDir& operator=(const StagingDir&) = delete;
-
-  std::string dir() const { return staging_.string(); }
-
-  // Puts the staged directory at the output. An existing output is moved aside first and
-  // removed only once the new one is in place (restored if that rename fails).
-  void commit() {
-    std::error_code ec;
-    const bool existed = fs::exists(output_, ec);
-    if (existed) {
-      fs::remove_all(replaced_, ec);
-      fs::rename(output_, replaced_, ec);
-      GLINT_CHECK(!ec, output_.string(), ": cannot move the existing directory aside to ", replaced_.string(), " (",
-                  ec.message(), "); nothing was changed");
-    }
-    fs::rename(staging_, output_, ec);
-    if (ec) {
-      std::error_code restore;
-      if (existed) fs::rename(replaced_, output_, restore);
-      fail(output_.string(), ": cannot rename the merged model from ", staging_.string(), " (", ec.message(), ")");
-    }
-    committed_ = true;
-    if (existed) fs::remove_all(replaced_, ec);
-  }
-
- private:
-  fs::path output_, staging_, replaced_;
-  bool committed_ = false;
-};
 
 // The dtype a tensor is written in: integer tables (hash routing) as stored; floating
 // tensors as stored (quantised ones dequantised: bfloat16, StoredForm), or as --dtype says.
@@ -188,7 +141,7 @@ MergeReport merge_adapter(const MergeOptions& o) {
     forms.push_back(form);
   }
 
-  StagingDir staging(o.output);
+  StagedDir staging(o.output, "the merged model");
   CheckpointWriter writer(staging.dir(), specs, o.max_shard_bytes);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < hub.size(); ++i) {

@@ -184,7 +184,7 @@ TEST(TrainRun, TheAutomaticSequenceLengthCoversTheValidationData) {
 TEST(TrainRun, APlanBeyondTheMemoryBudgetIsRefusedAndLeavesNothing) {
   std::string d = text_model("memory");
   std::string long_text;
-  for (int i = 0; i < 1500; ++i) long_text += "hello world cat ";
+  for (int i = 0; i < 30; ++i) long_text += "hello world cat ";
   std::ofstream(d + "/data.jsonl") << R"({"text":")" << long_text << R"("})" << "\n"
                                    << R"({"text":"hello"})" << "\n";
   const std::string cmd = "train --model " + d + "/model --data " + d + "/data.jsonl --steps 1 --batch-size 2 "
