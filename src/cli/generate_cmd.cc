@@ -4,8 +4,10 @@
 // The prompt is --prompt (a chat model's template wraps it as one user message, after an
 // optional --system message), --messages (a JSON list of {"role", "content"}), or
 // --prompt-ids (token ids, for a model without a tokenizer; ids are printed back).
-// Generation stops at generation_config.json's eos_token_id, the tokenizer's eos_token,
-// any --stop-ids, or after --max-new-tokens.
+// Generation stops at the model's EOS tokens (generate/generation_defaults.h:
+// generation_config.json's eos_token_id, else config.json's, and the tokenizer's
+// eos_token), any --stop-ids, or after --max-new-tokens. Sampling follows the flags, else
+// the model's generation config as transformers reads it: greedy unless it sets do_sample.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,7 @@
 #include "data/tokenizer.h"
 #include "data/unicode_text.h"
 #include "generate/generate.h"
+#include "generate/generation_defaults.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
 
@@ -38,15 +41,15 @@ struct GenerateArgs {
   std::string prompt, messages, prompt_ids, system;
   bool raw = false;
   int64_t max_new_tokens = 256;
-  double temperature = -1, top_p = -1;  // -1: generation_config.json's, else the default
-  int64_t top_k = -1;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
+  // Whether each was given; if not, the model's generation config decides.
+  bool temperature_given = false, top_k_given = false, top_p_given = false;
   uint64_t seed = 0;
   std::string stop_ids;
   std::string dtype = "float32", device = "cpu";
   int64_t threads = 0;
 };
-
-constexpr double kDefaultTemperature = 0.7;
 
 // "1 2 3" (spaces or commas) -> ids; `what` names the flag in errors.
 std::vector<int64_t> parse_ids(const std::string& text, const std::string& what) {
@@ -102,50 +105,22 @@ class Utf8Printer {
   std::string pending_;
 };
 
-// The ids of generation_config.json's eos_token_id (an int or a list), if any.
-std::vector<int64_t> config_stop_ids(const nlohmann::json& gen, const std::string& where) {
-  std::vector<int64_t> out;
-  if (!gen.contains("eos_token_id") || gen["eos_token_id"].is_null()) return out;
-  const nlohmann::json& e = gen["eos_token_id"];
-  for (const auto& v : e.is_array() ? e : nlohmann::json::array({e})) {
-    GLINT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, where, ": eos_token_id must be a token id or a list "
-                "of them, found ", e.dump());
-    out.push_back(v.get<int64_t>());
-  }
-  return out;
-}
-
 int run_generate(const GenerateArgs& a) {
   const int given = int(!a.prompt.empty()) + int(!a.messages.empty()) + int(!a.prompt_ids.empty());
   GLINT_USAGE_CHECK(given == 1, "glint generate needs exactly one of --prompt, --messages and --prompt-ids (got ", given,
                     ")");
   GLINT_USAGE_CHECK(a.system.empty() || !a.prompt.empty(), "--system goes with --prompt (put a system message into "
                     "the --messages file instead)");
+  GLINT_USAGE_CHECK(!a.temperature_given || a.temperature >= 0, "--temperature must be >= 0 (0: greedy), got ",
+                    a.temperature);
+  GLINT_USAGE_CHECK(!a.top_k_given || a.top_k >= 0, "--top-k must be >= 0 (0: off), got ", a.top_k);
+  GLINT_USAGE_CHECK(!a.top_p_given || (a.top_p > 0 && a.top_p <= 1), "--top-p must be in (0, 1] (1: off), got ",
+                    a.top_p);
+  const std::vector<int64_t> extra_stop_ids = parse_ids(a.stop_ids, "--stop-ids");
   compat::set_cpu_threads(a.threads > 0 ? int(a.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
   const c10::Device device = parse_device(a.device, "--device");
   const c10::ScalarType dtype = parse_dtype(a.dtype, "--dtype");
   GLINT_CHECK(path_exists(a.model), "--model ", a.model, ": no such directory");
-
-  // Sampling: flags, else generation_config.json, else the defaults.
-  SamplingParams sp;
-  sp.max_new_tokens = a.max_new_tokens;
-  sp.seed = a.seed;
-  sp.temperature = kDefaultTemperature;
-  const std::string gen_path = a.model + "/generation_config.json";
-  if (path_exists(gen_path)) {
-    nlohmann::json gen = read_json_file(gen_path);
-    GLINT_CHECK(gen.is_object(), gen_path, ": expected a JSON object");
-    sp.stop_token_ids = config_stop_ids(gen, gen_path);
-    if (gen.value("temperature", nlohmann::json()).is_number()) sp.temperature = gen["temperature"].get<double>();
-    if (gen.value("top_p", nlohmann::json()).is_number()) sp.top_p = gen["top_p"].get<double>();
-    if (gen.value("top_k", nlohmann::json()).is_number_integer()) sp.top_k = gen["top_k"].get<int64_t>();
-    if (gen.value("do_sample", nlohmann::json(true)) == false) sp.temperature = 0;
-  }
-  if (a.temperature >= 0) sp.temperature = a.temperature;
-  if (a.top_p >= 0) sp.top_p = a.top_p;
-  if (a.top_k >= 0) sp.top_k = a.top_k;
-  for (int64_t id : parse_ids(a.stop_ids, "--stop-ids")) sp.stop_token_ids.push_back(id);
-  sp.validate("glint generate (--max-new-tokens, --temperature, --top-k, --top-p)");
 
   // The prompt's token ids.
   GenerationRequest request;
@@ -187,11 +162,20 @@ int run_generate(const GenerateArgs& a) {
     }
     request.prompt.assign(ids.begin(), ids.end());
     GLINT_CHECK(!request.prompt.empty(), "the prompt encodes to no tokens");
-    auto specials = ChatTemplate::special_tokens_in(tok_dir);
-    if (auto it = specials.find("eos_token"); it != specials.end())
-      if (int32_t eos = tokenizer->token_to_id(it->second); eos >= 0) sp.stop_token_ids.push_back(eos);
   }
-  request.sampling = sp;
+
+  // Sampling: the flags, else the model's generation config (greedy unless it sets
+  // do_sample); the model's stop tokens whether the prompt came as text or as ids.
+  const GenerationDefaults model_gen = read_generation_defaults(a.model, tok_dir, tokenizer.get());
+  SamplingParams& sp = request.sampling;
+  sp.max_new_tokens = a.max_new_tokens;
+  sp.seed = a.seed;
+  sp.temperature = a.temperature_given ? a.temperature : model_gen.do_sample ? model_gen.temperature : 0.0;
+  sp.top_k = a.top_k_given ? a.top_k : model_gen.top_k;
+  sp.top_p = a.top_p_given ? a.top_p : model_gen.top_p;
+  sp.stop_token_ids = model_gen.stop_token_ids;
+  sp.stop_token_ids.insert(sp.stop_token_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+  sp.validate("glint generate (--max-new-tokens)");
 
   CausalLM model = from_pretrained(a.model, TensorPlacement{dtype, device});
   const int64_t vocab = model->config.vocab_size;
@@ -248,19 +232,28 @@ Action add_generate(CLI::App& app) {
   cmd->add_option("--system", a->system, "a system message before the --prompt user message (chat models)");
   cmd->add_flag("--raw", a->raw, "encode --prompt as plain text, without the chat template");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate at most")->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 is greedy (default: "
-                                                   "generation_config.json's, else 0.7; do_sample false there: 0)");
-  cmd->add_option("--top-k", a->top_k, "sample among the K most likely tokens; 0 is off (default: "
-                                       "generation_config.json's, else 0)");
-  cmd->add_option("--top-p", a->top_p, "nucleus sampling: among the fewest most likely tokens holding mass P; 1 is "
-                                       "off (default: generation_config.json's, else 1)");
+  CLI::Option* temperature = cmd->add_option(
+      "--temperature", a->temperature, "sampling temperature, >= 0; 0 is greedy. Default, as transformers: the "
+      "model's generation_config.json (else config.json): its temperature (1.0 if unset) when it sets do_sample "
+      "true, else greedy");
+  CLI::Option* top_k = cmd->add_option("--top-k", a->top_k, "sample among the K most likely tokens; 0 is off "
+                                                            "(default: the model's generation config's, else 50)");
+  CLI::Option* top_p = cmd->add_option("--top-p", a->top_p, "nucleus sampling: among the fewest most likely tokens "
+                                                            "holding mass P, in (0, 1]; 1 is off (default: the "
+                                                            "model's generation config's, else 1)");
   cmd->add_option("--seed", a->seed, "random seed of the sampling")->capture_default_str();
-  cmd->add_option("--stop-ids", a->stop_ids, "more token ids that end the generation, e.g. \"13\" (besides "
-                                             "generation_config.json's eos_token_id and the tokenizer's eos_token)");
+  cmd->add_option("--stop-ids", a->stop_ids, "more token ids that end the generation, e.g. \"13\" (besides the "
+                                             "model's EOS: generation_config.json's eos_token_id, else config.json's, "
+                                             "and the tokenizer's eos_token)");
   cmd->add_option("--dtype", a->dtype, "float32, bfloat16, float16 or float64")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", a->threads, "intra-op CPU threads (0: all cores)")->capture_default_str();
-  return [a]() { return run_generate(*a); };
+  return [a, temperature, top_k, top_p]() {
+    a->temperature_given = temperature->count() > 0;
+    a->top_k_given = top_k->count() > 0;
+    a->top_p_given = top_p->count() > 0;
+    return run_generate(*a);
+  };
 }
 
 }  // namespace glint::cli

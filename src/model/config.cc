@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -235,6 +236,48 @@ json common_json(const ModelConfig& c) {
   };
 }
 
+void read_hub_fields(const json& top, const std::string& where, ModelConfig* c) {
+  auto text = top.find("text_config");
+  const json* nested = text != top.end() && text->is_object() ? &*text : nullptr;
+  const std::string nested_where = where + " (text_config)";
+  auto has = [](const json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && !it->is_null();
+  };
+  // The object holding `key` (the top level first), with its name for errors; null if none.
+  auto holder = [&](const char* key) -> std::pair<const json*, const std::string*> {
+    if (has(top, key)) return {&top, &where};
+    if (nested && has(*nested, key)) return {nested, &nested_where};
+    return {nullptr, nullptr};
+  };
+  for (auto [key, out] : {std::pair{"bos_token_id", &c->bos_token_id}, std::pair{"pad_token_id", &c->pad_token_id}}) {
+    auto [j, w] = holder(key);
+    int64_t id = 0;
+    if (j && read(*j, *w, key, &id)) *out = id;
+  }
+  if (auto [j, w] = holder("eos_token_id"); j) {
+    c->eos_token_id_is_list = j->at("eos_token_id").is_array();
+    if (c->eos_token_id_is_list) {
+      read(*j, *w, "eos_token_id", &c->eos_token_id);
+    } else {
+      int64_t id = 0;
+      read(*j, *w, "eos_token_id", &id);
+      c->eos_token_id = {id};
+    }
+  }
+  if (nested && !has(*nested, "torch_dtype") && !has(*nested, "dtype"))
+    if (!read(top, where, "torch_dtype", &c->torch_dtype)) read(top, where, "dtype", &c->torch_dtype);
+}
+
+void hub_fields_json(const ModelConfig& c, json* j) {
+  json& o = *j;
+  if (c.bos_token_id) o["bos_token_id"] = *c.bos_token_id;
+  if (!c.eos_token_id.empty())
+    o["eos_token_id"] = c.eos_token_id_is_list || c.eos_token_id.size() > 1 ? json(c.eos_token_id)
+                                                                             : json(c.eos_token_id[0]);
+  if (c.pad_token_id) o["pad_token_id"] = *c.pad_token_id;
+}
+
 }  // namespace config_fields
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
@@ -247,13 +290,19 @@ void ModelConfig::validate(const std::string& where) const {
   family_for(model_type, where).validate(*this, where);
 }
 
-json ModelConfig::to_json() const { return family_for(model_type, "model config").to_json(*this); }
+json ModelConfig::to_json() const {
+  json j = family_for(model_type, "model config").to_json(*this);
+  config_fields::hub_fields_json(*this, &j);
+  return j;
+}
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
   GLINT_CHECK(j.is_object(), where, ": config must be a JSON object");
   std::string model_type;
   config_fields::read(j, where, "model_type", &model_type, true);
-  return family_for(model_type, where).from_json(j, where);
+  ModelConfig c = family_for(model_type, where).from_json(j, where);
+  config_fields::read_hub_fields(j, where, &c);
+  return c;
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) { return from_json(read_json_file(path), path); }

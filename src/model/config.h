@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,14 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
   bool output_router_logits = false;   // adds the load-balancing loss to training
   double router_aux_loss_coef = 0.001;
-  std::string torch_dtype = "float32"; // dtype the checkpoint declares
+  std::string torch_dtype = "float32"; // dtype the checkpoint declares ("torch_dtype", v5 "dtype")
+  // The special token ids config.json declares, read and written for every family (the
+  // top level, else a multimodal config's text_config, as transformers'
+  // GenerationConfig.from_model_config does); absent: nullopt / empty. transformers stops
+  // generating at eos_token_id when a model has no generation_config.json.
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  std::vector<int64_t> eos_token_id;   // config.json holds an int or a list
+  bool eos_token_id_is_list = false;   // written back as a list (else as its one int)
   // Multi-head latent attention (deepseek_v3). q_lora_rank 0: a plain q_proj.
   int64_t q_lora_rank = 0, kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;

@@ -81,5 +81,13 @@ void read_fp8_quantization(const nlohmann::json& q, const std::string& where);
 void validate_common(const ModelConfig& c, const std::string& where);
 // The fields of read_common as config.json holds them.
 nlohmann::json common_json(const ModelConfig& c);
+// The fields every Hugging Face config may hold whatever its family, read from the top
+// level of config.json `top`, else from its "text_config" object (a multimodal release):
+// bos_token_id, pad_token_id, eos_token_id (an int or a list of them), and the dtype
+// when the family read none from text_config (it reads the text model's fields there).
+// A wrongly typed one throws glint::Error naming `where` and the field.
+void read_hub_fields(const nlohmann::json& top, const std::string& where, ModelConfig* c);
+// Adds the special token ids of read_hub_fields that c holds to a config.json object.
+void hub_fields_json(const ModelConfig& c, nlohmann::json* j);
 
 }  // namespace glint::config_fields

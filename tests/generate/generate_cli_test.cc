@@ -4,12 +4,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/fs.h"
 #include "data/chat_template.h"
 #include "data/synthetic.h"
 #include "data/tokenizer.h"
@@ -145,7 +147,7 @@ TEST(GenerateCli, ErrorsNameWhatIsWrong) {
       {base, "exactly one of --prompt", 2},
       {base + "--prompt hi", "no tokenizer.json", 1},
       {base + "--prompt-ids 1 --adapter " + d + "/nowhere", "adapter_config.json", 1},
-      {base + "--prompt-ids 1 --top-p 2", "top_p", 1},
+      {base + "--prompt-ids 1 --top-p 2", "--top-p", 2},
       {"generate --model " + d + "/nowhere --prompt-ids 1", "no such directory", 1},
   };
   for (const Case& c : cases) {
@@ -166,6 +168,110 @@ TEST(GenerateCli, ErrorsNameWhatIsWrong) {
   EXPECT_NE(r.output.find("does not fit the model"), std::string::npos) << r.output;
 }
 
+// Token ids as the command prints them.
+std::vector<int64_t> parse_ids(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<int64_t> ids;
+  for (int64_t id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+// The index of a token worth stopping at in a free greedy run: the first after the first
+// that has not come before (the run then stops there, not earlier); 0 when there is none.
+size_t stop_index(const std::vector<int64_t>& free) {
+  for (size_t k = 1; k < free.size(); ++k)
+    if (std::find(free.begin(), free.begin() + k, free[k]) == free.begin() + k) return k;
+  return 0;
+}
+
+// The model's EOS from config.json (no generation_config.json) ends the generation. The
+// EOS is the token the greedy model produces, found by a run without any.
+TEST(GenerateCli, StopsAtTheEosOfConfigJson) {
+  const std::string d = testing::fresh_temp_dir("gen_config_eos");
+  CausalLM m = digits_model(5);
+  save_pretrained(*m, d + "/model");
+  const std::string args = "generate --model " + d + "/model --prompt-ids '11 4 5 6 12' --max-new-tokens 8 "
+                           "--temperature 0";
+  auto r = testing::run_glint(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<int64_t> free = parse_ids(last_line(r.output));
+  ASSERT_EQ(free.size(), 8u) << r.output;
+  const size_t k = stop_index(free);
+  for (bool as_list : {false, true}) {
+    SCOPED_TRACE(as_list ? "a list" : "an int");
+    nlohmann::json cfg = read_json_file(d + "/model/config.json");
+    cfg["eos_token_id"] = as_list ? nlohmann::json({free[k]}) : nlohmann::json(free[k]);
+    std::ofstream(d + "/model/config.json") << cfg.dump();
+    r = testing::run_glint(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(parse_ids(last_line(r.output)), std::vector<int64_t>(free.begin(), free.begin() + k + 1)) << r.output;
+  }
+}
+
+// With --prompt-ids, the eos_token of a tokenizer in the model directory ends it too.
+TEST(GenerateCli, StopsAtTheTokenizersEosWithPromptIds) {
+  const std::string d = testing::fresh_temp_dir("gen_tokenizer_eos");
+  const std::string fixture = std::string(GLINT_TEST_DATA_DIR) + "/tokenizer_fixture/tokenizer.json";
+  Tokenizer tok = Tokenizer::load(fixture);
+  CausalLM m(tiny_moe_config(tok.vocab_size()), kF32);
+  init_weights(*m, 4);
+  save_pretrained(*m, d + "/model");
+  fs::copy_file(fixture, d + "/model/tokenizer.json");
+  const std::string args = "generate --model " + d + "/model --prompt-ids '40 41 42 43' --max-new-tokens 8 "
+                           "--temperature 0";
+  auto r = testing::run_glint(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<int64_t> free = parse_ids(last_line(r.output));
+  ASSERT_EQ(free.size(), 8u) << r.output;
+  const size_t k = stop_index(free);
+  // The token's spelling, from tokenizer.json itself.
+  const nlohmann::json tj = read_json_file(fixture);
+  std::string spelling;
+  for (const auto& [text, id] : tj["model"]["vocab"].items())
+    if (id.get<int64_t>() == free[k]) spelling = text;
+  for (const auto& added : tj["added_tokens"])
+    if (added["id"].get<int64_t>() == free[k]) spelling = added["content"].get<std::string>();
+  ASSERT_FALSE(spelling.empty()) << free[k];
+  std::ofstream(d + "/model/tokenizer_config.json") << nlohmann::json({{"eos_token", spelling}}).dump();
+  r = testing::run_glint(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(parse_ids(last_line(r.output)), std::vector<int64_t>(free.begin(), free.begin() + k + 1)) << r.output;
+}
+
+// Without sampling flags the model's generation config decides, as in transformers:
+// greedy when it does not set do_sample (or there is none); with do_sample alone,
+// temperature 1.0 and top-k 50.
+TEST(GenerateCli, DecodesAsTransformersWithoutSamplingFlags) {
+  const std::string d = testing::fresh_temp_dir("gen_default_sampling");
+  CausalLM m = digits_model(6);
+  save_pretrained(*m, d + "/model");
+  const std::string args = "generate --model " + d + "/model --prompt-ids '11 7 8 9 12' --max-new-tokens 12 --seed 3";
+  auto greedy_run = testing::run_glint(args + " --temperature 0");
+  auto plain = testing::run_glint(args);
+  ASSERT_EQ(greedy_run.exit_code, 0) << greedy_run.output;
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(last_line(plain.output), last_line(greedy_run.output));
+  std::ofstream(d + "/model/generation_config.json") << R"({"do_sample": true})";
+  auto sampled = testing::run_glint(args);
+  auto explicit_run = testing::run_glint(args + " --temperature 1 --top-k 50 --top-p 1");
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_EQ(last_line(sampled.output), last_line(explicit_run.output));
+  EXPECT_NE(last_line(sampled.output), last_line(greedy_run.output));
+}
+
+TEST(GenerateCli, OutOfRangeSamplingFlagsAreUsageErrors) {
+  const std::string d = testing::fresh_temp_dir("gen_flag_ranges");
+  CausalLM m = digits_model();
+  save_pretrained(*m, d + "/base");
+  const std::string base = "generate --model " + d + "/base --prompt-ids 1 ";
+  for (const char* flag : {"--temperature -1", "--temperature -0.5", "--top-k -1", "--top-p -1", "--top-p 0"}) {
+    auto r = testing::run_glint(base + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(flag).substr(0, std::string(flag).find(' '))), std::string::npos)
+        << flag << "\n" << r.output;
+  }
+}
+
 TEST(GenerateCli, HelpDescribesEveryFlag) {
   auto r = testing::run_glint("generate --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -173,6 +279,8 @@ TEST(GenerateCli, HelpDescribesEveryFlag) {
                            "--raw", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--stop-ids",
                            "--dtype", "--device", "--threads"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
+  // The sampling defaults say whose they are.
+  EXPECT_NE(r.output.find("as transformers"), std::string::npos) << r.output;
 }
 
 // The built-in task: a briefly trained adapter answers the digit prompt reversed, where
