@@ -29,7 +29,7 @@
 #include "data/unicode_text.h"
 #include "generate/generate.h"
 #include "generate/generation_defaults.h"
-#include "lora/peft_io.h"
+#include "export/from_checkpoint.h"
 #include "model/weights.h"
 
 namespace glint::cli {
@@ -37,7 +37,7 @@ namespace glint::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, adapter, tokenizer;
+  std::string model, adapter, tenant, tokenizer;
   std::string prompt, messages, prompt_ids, system;
   bool raw = false;
   int64_t max_new_tokens = 256;
@@ -185,15 +185,7 @@ int run_generate(const GenerateArgs& a) {
                 "/config.json vocab_size)");
   for (int64_t id : request.sampling.stop_token_ids)
     GLINT_CHECK(id < vocab, "stop token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
-  if (!a.adapter.empty()) {
-    GLINT_CHECK(path_exists(a.adapter + "/adapter_config.json"), "--adapter ", a.adapter,
-                ": no adapter_config.json (is this a PEFT adapter directory?)");
-    try {
-      load_adapter(a.adapter, *model);
-    } catch (const Error& e) {
-      fail("--adapter ", a.adapter, " does not fit the model in ", a.model, ": ", e.what());
-    }
-  }
+  if (!a.adapter.empty()) load_adapter_or_checkpoint(a.adapter, *model, a.tenant, "--adapter");
   model->eval();
 
   Utf8Printer printer;
@@ -222,7 +214,10 @@ Action add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "generate", "generate text (or token ids) from a model, optionally with a LoRA adapter, printed as it comes");
   cmd->add_option("--model", a->model, "Hugging Face model directory (config.json and safetensors)")->required();
-  cmd->add_option("--adapter", a->adapter, "PEFT LoRA adapter directory to apply (e.g. a run's OUT/adapter)");
+  cmd->add_option("--adapter", a->adapter,
+                  "PEFT LoRA adapter directory to apply (e.g. a run's OUT/adapter), or a run's checkpoint: RUN (its "
+                  "newest) or RUN/checkpoints/step-N");
+  cmd->add_option("--tenant", a->tenant, "with a multi-tenant run's checkpoint as --adapter: whose adapter");
   cmd->add_option("--tokenizer", a->tokenizer, "directory holding tokenizer.json and its chat template (default: --model)");
   cmd->add_option("--prompt", a->prompt, "prompt text; with a chat template, the content of one user message");
   cmd->add_option("--messages", a->messages, "JSON file: a list of {\"role\", \"content\"} messages, rendered with "
