@@ -167,7 +167,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     std::string cfg_path = opt_.model_dir + "/config.json";
     GLINT_CHECK(path_exists(cfg_path), opt_.model_dir, ": no config.json (is this a Hugging Face model directory?)");
     // Built without writing the weights: each rank reads only what it keeps below (its
-    // experts under EP; only the root here and its layer shards in FsdpRunner under FSDP).
+    // experts under EP; under FSDP nothing here, its shard of every tensor in FsdpRunner).
     TensorPlacement lazy = place;
     lazy.lazy = true;
     ModelConfig config = ModelConfig::from_file(cfg_path);  // its errors first
@@ -252,7 +252,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   if (!opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
   std::vector<std::vector<Sample>> tenant_eval;
   for (const TenantSpec& t : opt_.tenants) tenant_eval.push_back(t.eval_data.empty() ? std::vector<Sample>{} : load_eval(t.eval_data));
-  if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
+  if (checkpoint) load_weights(*model_, *checkpoint, /*parameters=*/!opt_.fsdp);
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
   // every rank, expert tensors on the ranks holding the same experts.
