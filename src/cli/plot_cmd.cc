@@ -17,8 +17,9 @@ Action add_plot(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plot",
       "draw a training run as OUT/report.html: one self-contained page (inline SVG, no script, no "
-      "network) with the loss and evaluation loss, learning rate, gradient norm, tokens/s and, for a "
-      "multi-tenant run, every tenant's loss, against the step");
+      "network) with the loss and evaluation loss, learning rate, gradient norm and tokens/s against the "
+      "step; for a multi-tenant run, every tenant's loss, learning rate and gradient norm, named, against "
+      "its own step");
   cmd->add_option("OUT", a->run_dir, "the run's output directory (the --output of glint train), holding metrics.jsonl")
       ->required();
   cmd->add_option("--output", a->output, "the HTML file to write instead of OUT/report.html");

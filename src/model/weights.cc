@@ -192,17 +192,17 @@ std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
          "." + proj + ".weight";
 }
 
-void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers) {
+void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parameters) {
   std::set<std::string> used;
   std::vector<ParameterSite> sites = parameter_sites(model);
   for (auto& site : sites) {
-    if ((!layers && site.layer >= 0) || site.expert) continue;  // experts: below
+    if (!parameters || site.expert) continue;  // experts: below
     check_shape(ckpt, site.name, site.tensor.sizes());
     copy_into(site.tensor, read_value(ckpt, site.name, site.tensor.scalar_type()));
     used.insert(site.name);
     used.insert(fp8_scale_key(site.name));
   }
-  for (int64_t l = 0; l < model.config.num_hidden_layers && layers; ++l) {
+  for (int64_t l = 0; l < model.config.num_hidden_layers && parameters; ++l) {
     DecoderLayer layer = model.layer(l);
     if (layer->moe) load_experts(*layer->moe->experts, l, ckpt, &used);
   }
@@ -212,12 +212,11 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers
     copy_into(item.value(), ckpt.read(item.key()));
     used.insert(item.key());
   }
-  // Layer keys the shard loader (layers == false) may read: each parameter's own name, and
+  // Keys the shard loader (parameters == false) may read: each parameter's own name, and
   // for packed experts also the per-expert Hub keys of every expert.
   std::set<std::string> layer_keys;
-  if (!layers)
+  if (!parameters)
     for (const auto& site : sites) {
-      if (site.layer < 0) continue;
       layer_keys.insert(site.name);
       layer_keys.insert(fp8_scale_key(site.name));
       if (!site.expert) continue;

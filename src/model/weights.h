@@ -25,8 +25,10 @@ std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& dir, const 
 // the model's local range [first_expert, first_expert + E_local), reading just those
 // bytes. Throws glint::Error naming the key for a missing key, a shape mismatch
 // (expected and actual shapes), or a checkpoint key the model does not use.
-// With layers = false, decoder layers are skipped (FSDP loads its shards of them itself).
-void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool layers = true);
+// With parameters = false only the buffers are read, and the keys checked: FSDP reads
+// each rank's shard of every parameter itself (FsdpRunner, read_parameter_range), the
+// embeddings and lm_head included, so that each rank reads only its share.
+void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parameters = true);
 
 // Elements [start, start + count) of the flattened model parameter at `site` (packed
 // expert layout holding all experts, expected `shape`), read from whichever form the

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -47,6 +48,20 @@ int64_t drop_records_after(const std::string& path, const std::string& key, int6
   return dropped;
 }
 
+double last_record_number(const std::string& path, const std::string& key, double otherwise) {
+  if (!path_exists(path)) return otherwise;
+  std::istringstream in(read_file(path));
+  double last = otherwise;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find('"' + key + '"') == std::string::npos) continue;  // most lines, unparsed
+    nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!rec.is_object()) continue;
+    auto it = rec.find(key);
+    if (it != rec.end() && it->is_number() && std::isfinite(it->get<double>())) last = it->get<double>();
+  }
+  return last;
+}
+
 MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
@@ -83,7 +98,23 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-Progress::Progress(int64_t total) : total_(total), tty_(::isatty(STDERR_FILENO)), start_(now_seconds()) {}
+std::string format_number(double v, int decimals) {
+  GLINT_ASSERT(decimals >= 0 && decimals <= 17, "format_number: ", decimals, " decimals");
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[400];  // a double's largest integer part has 309 digits
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  // A value that rounds to zero is written without a sign ("-0.0000" is "0.0000").
+  if (s[0] == '-' && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
+  const size_t first = s[0] == '-' ? 1 : 0;
+  const size_t point = std::min(s.find('.'), s.size());
+  for (size_t at = point; at > first + 3; at -= 3) s.insert(at - 3, ",");
+  return s;
+}
+
+Progress::Progress(int64_t total, double earlier_seconds)
+    : total_(total), tty_(::isatty(STDERR_FILENO)), earlier_(std::max(0.0, earlier_seconds)), start_(now_seconds()) {}
 
 double Progress::elapsed_seconds() const { return now_seconds() - start_; }
 
@@ -93,7 +124,7 @@ double Progress::eta_seconds(int64_t done) const {
 }
 
 std::string Progress::timing(int64_t done) const {
-  return format_duration(elapsed_seconds()) + " elapsed, " + format_duration(eta_seconds(done)) + " left";
+  return format_duration(run_seconds()) + " elapsed, " + format_duration(eta_seconds(done)) + " left";
 }
 
 void Progress::update(int64_t done, const std::string& status) {
@@ -103,7 +134,7 @@ void Progress::update(int64_t done, const std::string& status) {
   std::string bar(filled, '=');
   if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
   std::fprintf(stderr, "\r\033[K[%s] %lld/%lld %s<%s %s", bar.c_str(), (long long)done, (long long)total_,
-               format_duration(elapsed_seconds()).c_str(), format_duration(eta_seconds(done)).c_str(),
+               format_duration(run_seconds()).c_str(), format_duration(eta_seconds(done)).c_str(),
                status.c_str());
   std::fflush(stderr);
   drawn_ = true;

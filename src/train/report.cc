@@ -50,20 +50,24 @@ svg.chart .axis-label { text-anchor: middle; fill: #555; }
 svg.chart .legend line { stroke-width: 2; }
 )";
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
+// The precision of each kind of figure, the same everywhere on the page (a loss as the
+// console lines write it).
+constexpr int kLossDecimals = 4;
+constexpr int kPercentDecimals = 1;
 
-// A loss or similar: 4 significant digits without an exponent for ordinary values.
-std::string value_text(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, (std::abs(v) >= 1e-3 && std::abs(v) < 1e6) || v == 0 ? "%.4g" : "%.3e", v);
-  return buf;
-}
+std::string loss_text(double v) { return format_number(v, kLossDecimals); }
+std::string count_text(double n) { return format_number(n, 0); }
 
-std::string step_text(double s) { return fixed(s, 0); }
+// The run's elapsed seconds at its last record. A run resumed by a glint that restarted
+// elapsed_s in each process shows as a drop: each part's last value is added.
+double run_elapsed(const MetricColumn& c) {
+  double earlier = 0, previous = 0;
+  for (double v : c.value) {
+    if (v < previous) earlier += previous;
+    previous = v;
+  }
+  return earlier + previous;
+}
 
 std::string local_time_now() {
   std::time_t t = std::time(nullptr);
@@ -109,19 +113,18 @@ ChartSeries series_of(const MetricColumn& c, std::string id, std::string label, 
 std::vector<std::string> notes_of(const MetricsLog& log, const std::string& name) {
   std::vector<std::string> out;
   if (log.bad_lines() > 0)
-    out.push_back(name + ": " + std::to_string(log.bad_lines()) +
-                  (log.bad_lines() == 1 ? " line" : " lines") +
+    out.push_back(name + ": " + count_text(double(log.bad_lines())) + (log.bad_lines() == 1 ? " line" : " lines") +
                   " skipped (not a JSON record with a numeric step; the first is line " +
-                  std::to_string(log.first_bad_line()) + ")");
+                  count_text(double(log.first_bad_line())) + ")");
   if (log.pending_tail()) out.push_back(name + ": the last line is incomplete (being written, or cut short)");
   if (!log.bad_values().empty()) {
     int64_t total = 0;
     std::string per;
     for (const auto& [field, n] : log.bad_values()) {
       total += n;
-      per += (per.empty() ? "" : ", ") + field + " " + std::to_string(n);
+      per += (per.empty() ? "" : ", ") + field + " " + count_text(double(n));
     }
-    out.push_back(name + ": " + std::to_string(total) + " NaN, infinite or non-numeric " +
+    out.push_back(name + ": " + count_text(double(total)) + " NaN, infinite or non-numeric " +
                   (total == 1 ? "value" : "values") + " skipped (" + per + ")");
   }
   return out;
@@ -193,25 +196,29 @@ void ReportWriter::write() {
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>glint run "
     << escape_html(name) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n<header>\n<h1>glint run "
     << escape_html(name) << "</h1>\n<dl class=\"summary\">";
-  summary_item(o, "steps", run.records() > 0 ? step_text(run.last_step()) : "none yet");
+  // A multi-tenant run's own records are of the whole batch, every tenant together.
+  const bool tenant_run = !tenants_.empty();
+  const std::string together = tenant_run ? " (all tenants)" : "";
+  summary_item(o, "steps", run.records() > 0 ? count_text(run.last_step()) : "none yet");
   const MetricColumn& loss = run.column("loss");
   const MetricColumn& eval = run.column("eval_loss");
   const MetricColumn& em = run.column("exact_match");
-  if (!loss.empty()) summary_item(o, "last loss", value_text(loss.value.back()));
+  if (!loss.empty()) summary_item(o, "last loss" + together, loss_text(loss.value.back()));
   if (!eval.empty())
-    summary_item(o, "last eval loss", value_text(eval.value.back()) + " (step " + step_text(eval.step.back()) + ")");
-  if (!em.empty()) summary_item(o, "exact match", fixed(100 * em.value.back(), 1) + "%");
+    summary_item(o, "last eval loss" + together,
+                 loss_text(eval.value.back()) + " (step " + count_text(eval.step.back()) + ")");
+  if (!em.empty()) summary_item(o, "exact match", format_number(100 * em.value.back(), kPercentDecimals) + "%");
   const MetricColumn& tokens = run.column("tokens");
   if (!tokens.empty())
-    summary_item(o, "tokens", fixed(std::accumulate(tokens.value.begin(), tokens.value.end(), 0.0), 0));
+    summary_item(o, "tokens", count_text(std::accumulate(tokens.value.begin(), tokens.value.end(), 0.0)));
   const MetricColumn& elapsed = run.column("elapsed_s");
-  if (!elapsed.empty()) summary_item(o, "elapsed", format_duration(elapsed.value.back()));
+  if (!elapsed.empty()) summary_item(o, "elapsed", format_duration(run_elapsed(elapsed)));
   for (const auto& [tname, log] : tenants_) {
     const MetricColumn& tl = log->column("loss");
     const MetricColumn& te = log->column("eval_loss");
-    std::string v = "step " + step_text(log->last_step());
-    if (!tl.empty()) v += ", loss " + value_text(tl.value.back());
-    if (!te.empty()) v += ", eval " + value_text(te.value.back());
+    std::string v = "step " + count_text(log->last_step());
+    if (!tl.empty()) v += ", loss " + loss_text(tl.value.back());
+    if (!te.empty()) v += ", eval loss " + loss_text(te.value.back());
     summary_item(o, "tenant " + tname, v);
   }
   summary_item(o, "written", local_time_now());
@@ -226,31 +233,52 @@ void ReportWriter::write() {
     o << "<p class=\"empty\">No records yet: " << escape_html(metrics)
       << " holds no training step. The charts appear once the run has logged its first step.</p>\n";
   } else {
+    // Every chart says what it shows: its title, and a legend naming each line when it
+    // has more than one.
     auto figure = [&](Chart chart) {
-      bool any = false;
-      for (const ChartSeries& s : chart.series) any = any || !s.x.empty();
-      if (any || chart.id == "loss") o << "<figure>\n" << render_chart(chart) << "</figure>\n";
+      int drawn = 0;
+      for (const ChartSeries& s : chart.series) drawn += !s.x.empty();
+      chart.legend = chart.legend || drawn > 1;
+      if (drawn > 0 || chart.id == "loss") o << "<figure>\n" << render_chart(chart) << "</figure>\n";
     };
-    Chart lc = make_chart("loss", eval.empty() ? "Training loss" : "Loss");
-    lc.series.push_back(series_of(loss, "loss", "training loss", kPalette[0], cap));
+    // A field of every tenant, one line each in the tenant's colour, against its own step.
+    auto per_tenant = [&](const std::string& id, std::string title, const std::string& field) {
+      Chart c = make_chart(id, std::move(title));
+      c.x_label = "the tenant's own step";
+      for (size_t i = 0; i < tenants_.size(); ++i) {
+        const auto& [tname, log] = tenants_[i];
+        c.series.push_back(series_of(log->column(field), id + "/" + tname, tname, kPalette[i % std::size(kPalette)], cap));
+      }
+      c.legend = true;
+      return c;
+    };
+    Chart lc = make_chart("loss", (eval.empty() ? "Training loss" : "Loss") + together);
+    lc.series.push_back(series_of(loss, "loss", "training loss" + together, kPalette[0], cap));
     if (!eval.empty()) {
-      lc.series.push_back(series_of(eval, "eval_loss", "evaluation loss", kPalette[1], cap));
+      lc.series.push_back(series_of(eval, "eval_loss", "evaluation loss" + together, kPalette[1], cap));
       lc.series.back().markers = true;
-      lc.legend = true;
     }
     figure(lc);
-    figure(make_chart("lr", "Learning rate", {series_of(run.column("lr"), "lr", "lr", kPalette[4], cap)}));
-    figure(make_chart("grad_norm", "Gradient norm (before clipping)",
-                      {series_of(run.column("grad_norm"), "grad_norm", "grad_norm", kPalette[2], cap)}));
-    figure(make_chart("tokens_per_s", "Throughput (tokens/s)",
+    // A tenant run's learning rates and gradient norms are the tenants' own (the run's
+    // records of an older glint held the first tenant's, unnamed: they are not drawn).
+    if (tenant_run) {
+      figure(per_tenant("tenant_lr", "Learning rate per tenant", "lr"));
+      figure(per_tenant("tenant_grad_norm", "Gradient norm per tenant (before clipping)", "grad_norm"));
+    } else {
+      figure(make_chart("lr", "Learning rate", {series_of(run.column("lr"), "lr", "lr", kPalette[4], cap)}));
+      figure(make_chart("grad_norm", "Gradient norm (before clipping)",
+                        {series_of(run.column("grad_norm"), "grad_norm", "grad_norm", kPalette[2], cap)}));
+    }
+    figure(make_chart("tokens_per_s", "Throughput, tokens/s" + together,
                       {series_of(run.column("tokens_per_s"), "tokens_per_s", "tokens/s", kPalette[6], cap)}));
     if (!em.empty()) {
-      Chart ec = make_chart("exact_match", "Held-out exact match (fraction)");
+      Chart ec = make_chart("exact_match", "Held-out exact match, %");  // as the header and the console
       ec.series.push_back(series_of(em, "exact_match", "exact match", kPalette[3], cap));
+      for (double& v : ec.series.back().y) v *= 100;
       ec.series.back().markers = true;
       figure(ec);
     }
-    if (!tenants_.empty()) {
+    if (tenant_run) {
       Chart tc = make_chart("tenants", "Loss per tenant");
       tc.x_label = "the tenant's own step";
       tc.legend = true;

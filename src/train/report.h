@@ -1,12 +1,16 @@
 // OUT/report.html: a picture of a training run, drawn from its metrics.jsonl files.
 //
 // One self-contained HTML file (inline SVG and CSS; no script, no network, no font or
-// file beside it): a header (the run, steps done, last loss and evaluation loss, when it
-// was written) and charts against the step: training loss with the evaluation loss on
-// the same axes, learning rate, gradient norm, tokens/s, exact match when the run has
-// it, and for a multi-tenant run every tenant's loss (and evaluation loss) in one chart
-// with a legend. Each line keeps at most max_points points (train/svg_chart.h:
-// min/max per bucket, so spikes survive).
+// file beside it): a header (the run, steps done, last loss and evaluation loss, tokens,
+// the run's elapsed time across resumes, each tenant's step and losses, when it was
+// written) and charts against the step: training loss with the evaluation loss on the
+// same axes, learning rate, gradient norm, tokens/s, exact match when the run has it.
+// A multi-tenant run's learning rate, gradient norm and loss charts have one line per
+// tenant against its own step, with a legend naming them; its run-wide figures say
+// "(all tenants)". Every chart has a title, and a legend when it has more than one line.
+// Numbers are written by format_number (train/metrics.h): a loss with 4 decimals (as
+// the console lines), counts and steps whole, both grouped in thousands. Each line keeps
+// at most max_points points (train/svg_chart.h: min/max per bucket, so spikes survive).
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "train/metrics.h"
 
 namespace glint {
 
@@ -85,7 +86,7 @@ std::string format_tick(double v, const ChartAxis& axis) {
     return short_exponent(fmt(("%." + std::to_string(digits) + "e").c_str(), v));
   }
   const int decimals = std::clamp(-step_exp + (step_exp <= 0 ? extra : 0), 0, 10);
-  return fmt(("%." + std::to_string(decimals) + "f").c_str(), v);
+  return format_number(v, decimals);
 }
 
 void downsample_min_max(const std::vector<double>& x, const std::vector<double>& y, size_t max_points,

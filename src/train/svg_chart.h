@@ -19,8 +19,9 @@ struct ChartAxis {
 // With `integer` the step is at least 1 (steps on the x axis).
 ChartAxis nice_axis(double lo, double hi, int target, bool integer = false);
 
-// A tick label: fixed notation with as many decimals as the step needs ("0.25", "1200"),
-// scientific for very small or very large magnitudes ("2.0e-4", "1.5e+7").
+// A tick label: fixed notation with as many decimals as the step needs, grouped in
+// thousands ("0.25", "1,200"; format_number), scientific for very small or very large
+// magnitudes ("2.0e-4", "1.5e+7").
 std::string format_tick(double v, const ChartAxis& axis);
 
 // Reduces (x, y) to at most `max_points` points, x sorted ascending. The points are cut

@@ -181,7 +181,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     std::string cfg_path = opt_.model_dir + "/config.json";
     GLINT_CHECK(path_exists(cfg_path), opt_.model_dir, ": no config.json (is this a Hugging Face model directory?)");
     // Built without writing the weights: each rank reads only what it keeps below (its
-    // experts under EP; only the root here and its layer shards in FsdpRunner under FSDP).
+    // experts under EP; under FSDP nothing here, its shard of every tensor in FsdpRunner).
     TensorPlacement lazy = place;
     lazy.lazy = true;
     ModelConfig config = ModelConfig::from_file(cfg_path);  // its errors first
@@ -274,7 +274,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     return set;
   };
   if (builtin_task_ && !opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
-  if (checkpoint) load_weights(*model_, *checkpoint, /*layers=*/!opt_.fsdp);
+  if (checkpoint) load_weights(*model_, *checkpoint, /*parameters=*/!opt_.fsdp);
 
   // Trainable tensors and where their copies live: non-expert tensors are replicated on
   // every rank, expert tensors on the ranks holding the same experts.

@@ -55,7 +55,9 @@ void Trainer::run() {
   std::unique_ptr<ReportWriter> report;
   std::string report_error;
   if (lead) report = std::make_unique<ReportWriter>(opt_.output);
-  Progress progress(lead ? opt_.steps - start_step_ : 0);
+  // A resumed run's elapsed time goes on from its last record (at the checkpoint's step).
+  const double earlier_seconds = lead && resumed ? last_record_number(opt_.output + "/metrics.jsonl", "elapsed_s", 0) : 0;
+  Progress progress(lead ? opt_.steps - start_step_ : 0, earlier_seconds);
   auto refresh_report = [&] {
     if (!report) return;
     std::string error = report->try_write();
@@ -130,16 +132,19 @@ void Trainer::run() {
       const double epoch = samples_.empty() ? 0 : double(s) * double(opt_.batch_size) / double(samples_.size());
       nlohmann::json rec = {{"step", s},
                             {"loss", st.loss},
-                            {"grad_norm", st.grad_norm},
-                            {"lr", st.lr},
                             {"tokens", st.tokens},
                             {"label_tokens", st.label_tokens},
                             {"tokens_per_s", st.tokens / st.seconds},
                             {"peak_rss_mb", peak_rss_mb()},
                             {"weights_mb", double(local_weight_bytes()) / (1 << 20)},
                             {"time", wall_time()},
-                            {"elapsed_s", progress.elapsed_seconds()}};
-      if (!bank_) rec["epoch"] = epoch;
+                            {"elapsed_s", progress.run_seconds()}};
+      // A tenant run's gradient norms and learning rates are the tenants' (their records).
+      if (!bank_) {
+        rec["grad_norm"] = st.grad_norm;
+        rec["lr"] = st.lr;
+        rec["epoch"] = epoch;
+      }
       if (st.aux_loss >= 0) rec["aux_loss"] = st.aux_loss;
       if (st.idle_experts >= 0) {
         rec["idle_experts"] = st.idle_experts;
@@ -172,7 +177,7 @@ void Trainer::run() {
         nlohmann::json trec = {{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
                                {"lr", t.lr}, {"label_tokens", t.label_tokens},
                                {"epoch", tenant_epoch[t.name]}, {"time", wall_time()},
-                               {"elapsed_s", progress.elapsed_seconds()}};
+                               {"elapsed_s", progress.run_seconds()}};
         if (tenant_eval.count(t.name)) trec["eval_loss"] = tenant_eval[t.name];
         tenant_metrics.at(t.name)->write(trec);
       }

@@ -1,10 +1,12 @@
 // glint plot as a user runs it, and the page it writes as a browser draws it.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/fs.h"
 #include "test_util.h"
@@ -61,6 +63,49 @@ TEST(ReportCli, PlotErrorsNameTheMissingThing) {
   r = run_glint("plot --help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("report.html"), std::string::npos) << r.output;
+}
+
+// A multi-tenant run as a user starts it: the report draws each tenant's learning rate and
+// gradient norm, named, and the run's records hold no tenant's values as the run's.
+TEST(ReportCli, ATenantRunsReportNamesEachTenantsLrAndGradNorm) {
+  std::string d = glint::testing::fresh_temp_dir("plot_tenants");
+  std::ofstream data(d + "/ids.jsonl");
+  for (int i = 0; i < 6; ++i)
+    data << R"({"input_ids":[1,2,3,4,5,6,7,8],"labels":[-100,-100,-100,-100,5,6,7,8]})" << "\n";
+  data.close();
+  RunResult r = run_glint("train --steps 3 --batch-size 2 --tenant name=alpha,r=4,lr=1e-3,data=" + d +
+                          "/ids.jsonl --tenant name=beta,r=8,lr=5e-4,data=" + d + "/ids.jsonl --output " + d + "/out");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string html = glint::read_file(d + "/out/report.html");
+  for (const char* series : {"tenant_lr/alpha", "tenant_lr/beta", "tenant_grad_norm/alpha", "tenant_grad_norm/beta"})
+    EXPECT_NE(html.find(std::string("data-series=\"") + series + "\""), std::string::npos) << series;
+  EXPECT_EQ(html.find("data-series=\"lr\""), std::string::npos);
+  EXPECT_EQ(html.find("data-series=\"grad_norm\""), std::string::npos);
+  for (const nlohmann::json& rec : glint::testing::read_jsonl(d + "/out/metrics.jsonl"))
+    for (const char* k : {"lr", "grad_norm"}) EXPECT_FALSE(rec.contains(k)) << k << " in " << rec.dump();
+  for (const char* t : {"alpha", "beta"})
+    for (const nlohmann::json& rec : glint::testing::read_jsonl(d + "/out/" + t + "/metrics.jsonl"))
+      for (const char* k : {"lr", "grad_norm"}) EXPECT_TRUE(rec.contains(k)) << t << ": " << rec.dump();
+}
+
+// elapsed_s is the run's: a resumed run goes on from the time its first process had
+// reached, and within a process it moves with the wall clock (`time`).
+TEST(ReportCli, ElapsedGoesOnAcrossAResume) {
+  std::string d = glint::testing::fresh_temp_dir("plot_elapsed");
+  const std::string out = d + "/out";
+  RunResult r = run_glint("train --steps 10 --stop-after 8 --eval-samples 0 --batch-size 4 --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_glint("train --resume " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> recs = glint::testing::read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(recs.size(), 10u);
+  auto at = [&](int step, const char* k) { return recs[step - 1][k].get<double>(); };
+  for (int s = 2; s <= 10; ++s) EXPECT_GE(at(s, "elapsed_s"), at(s - 1, "elapsed_s")) << "step " << s;
+  // Across the resume it grew by no more than the wall clock did (the restart is not the
+  // run's time), and after it by what the wall clock did.
+  EXPECT_LE(at(9, "elapsed_s") - at(8, "elapsed_s"), at(9, "time") - at(8, "time") + 1e-3);
+  EXPECT_NEAR(at(10, "elapsed_s") - at(9, "elapsed_s"), at(10, "time") - at(9, "time"), 0.05);
+  EXPECT_GT(at(10, "elapsed_s"), at(8, "elapsed_s"));
 }
 
 // Headless Chromium draws the page: the screenshot is a real picture and the DOM it

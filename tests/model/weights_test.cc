@@ -147,17 +147,17 @@ TEST(Weights, MissingWrongShapeAndUnexpectedKeysAreErrors) {
   auto extra = sd;
   extra.emplace_back("model.layers.0.mlp.shared_expert.weight", at::zeros({1}));
   expect_error_naming([&] { write_and_load(extra); }, "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
-  // The sharded path (layers read later by range) reports unexpected layer keys too,
+  // The sharded path (parameters read later by range) reports unexpected layer keys too,
   // and accepts every expert's per-expert key.
   std::string d = weights_dir("bad_sharded");
   write_checkpoint(d, extra);
   CausalLM m(c, kF32);
-  expect_error_naming([&] { load_weights(*m, CheckpointReader(d), /*layers=*/false); },
+  expect_error_naming([&] { load_weights(*m, CheckpointReader(d), /*parameters=*/false); },
                       "unexpected key 'model.layers.0.mlp.shared_expert.weight'");
   std::string ok = weights_dir("good_sharded");
   write_checkpoint(ok, sd);
   CausalLM m2(c, kF32);
-  EXPECT_NO_THROW(load_weights(*m2, CheckpointReader(ok), /*layers=*/false));
+  EXPECT_NO_THROW(load_weights(*m2, CheckpointReader(ok), /*parameters=*/false));
   // A float8 tensor (raw codes, read as bytes) is refused, never loaded as numbers: the
   // final norm written as U8, then its header entry retyped to F8_E4M3 (same bytes).
   auto fp8 = sd;

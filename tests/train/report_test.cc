@@ -14,10 +14,12 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/fs.h"
 #include "test_util.h"
+#include "train/metrics.h"
 #include "train/report.h"
 #include "train/svg_chart.h"
 
@@ -138,20 +140,25 @@ std::string run_records(int n) {
   return o.str();
 }
 
+// A tenant's records: its lr is scale * 1e-5 and its gradient norm scale + 0.01 * step.
 std::string tenant_records(int n, double scale) {
   std::ostringstream o;
+  o.precision(17);
   for (int s = 1; s <= n; ++s) {
-    o << "{\"step\":" << s << ",\"loss\":" << scale / s << ",\"grad_norm\":1,\"lr\":1e-4";
+    o << "{\"step\":" << s << ",\"loss\":" << scale / s << ",\"grad_norm\":" << scale + 0.01 * s
+      << ",\"lr\":" << scale * 1e-5;
     if (s % 5 == 0) o << ",\"eval_loss\":" << scale / s + 0.1;
     o << "}\n";
   }
   return o.str();
 }
 
-// A run directory with 50 steps and the tenants "support" (50 steps) and "legal" (20).
-std::string make_run(const std::string& name, int n = 50) {
+// A run directory with 50 steps and the tenants "support" (50 steps) and "legal" (20),
+// or with no tenant (a single adapter's run).
+std::string make_run(const std::string& name, int n = 50, bool tenants = true) {
   std::string d = fresh_temp_dir("report_" + name);
   write_file(d + "/metrics.jsonl", run_records(n));
+  if (!tenants) return d;
   fs::create_directories(d + "/support");
   fs::create_directories(d + "/legal");
   fs::create_directories(d + "/checkpoints");  // no metrics.jsonl: not a tenant
@@ -184,7 +191,7 @@ TEST(Report, DrawsEveryChartWithPointsThatMapBackToTheData) {
 
   std::vector<std::string> ids;
   for (const Svg& s : charts) ids.push_back(s.chart);
-  EXPECT_EQ(ids, (std::vector<std::string>{"loss", "lr", "grad_norm", "tokens_per_s", "tenants"}));
+  EXPECT_EQ(ids, (std::vector<std::string>{"loss", "tenant_lr", "tenant_grad_norm", "tokens_per_s", "tenants"}));
 
   const Svg* loss = chart(charts, "loss");
   ASSERT_TRUE(loss);
@@ -224,8 +231,15 @@ TEST(Report, DrawsEveryChartWithPointsThatMapBackToTheData) {
   expect_points_map_to(*loss, *ep, eval_steps, eval_values);
   EXPECT_NE(ep->attributes.find("marker-mid"), std::string::npos);
 
-  // lr of about 1e-4: tick labels that tell the ticks apart, in scientific notation.
-  const Svg* lr = chart(charts, "lr");
+  // A single adapter's run: its own lr and gradient norm. lr of about 1e-4: tick labels
+  // that tell the ticks apart, in scientific notation.
+  const std::string single_dir = make_run("charts_single", n, /*tenants=*/false);
+  glint::write_report(single_dir);
+  std::vector<Svg> single = read_charts(read(single_dir + "/report.html"));
+  ids.clear();
+  for (const Svg& s : single) ids.push_back(s.chart);
+  EXPECT_EQ(ids, (std::vector<std::string>{"loss", "lr", "grad_norm", "tokens_per_s"}));
+  const Svg* lr = chart(single, "lr");
   ASSERT_TRUE(lr);
   std::vector<std::string> labels = y_tick_labels(*lr);
   ASSERT_GE(labels.size(), 3u);
@@ -264,6 +278,90 @@ TEST(Report, DrawsEveryChartWithPointsThatMapBackToTheData) {
   EXPECT_EQ(html.find("@import"), std::string::npos);
   for (size_t at = html.find("url("); at != std::string::npos; at = html.find("url(", at + 1))
     EXPECT_EQ(html[at + 4], '#') << "url() of something outside the page: " << html.substr(at, 40);
+}
+
+// A multi-tenant run's learning rates and gradient norms are each tenant's, drawn against
+// the tenant's own step and named in a legend; the run's own figures say they are of all
+// tenants together.
+TEST(Report, ATenantRunDrawsEachTenantsLrAndGradNormByName) {
+  std::string d = make_run("tenant_lr");
+  glint::write_report(d);
+  const std::string html = read(d + "/report.html");
+  std::vector<Svg> charts = read_charts(html);
+  // The run's records hold an lr and a gradient norm (an older glint wrote the first
+  // tenant's there, unnamed): not drawn.
+  EXPECT_FALSE(chart(charts, "lr"));
+  EXPECT_FALSE(chart(charts, "grad_norm"));
+  for (const std::string field : {"lr", "grad_norm"}) {
+    const Svg* c = chart(charts, "tenant_" + field);
+    ASSERT_TRUE(c) << field;
+    EXPECT_NE(c->text.find(">the tenant&#39;s own step</text>"), std::string::npos) << field;
+    for (const auto& [tenant, scale, steps] : {std::tuple{"support", 3.0, 50}, std::tuple{"legal", 4.0, 20}}) {
+      const Path* p = c->path("tenant_" + field + "/" + tenant);
+      ASSERT_TRUE(p) << field << " " << tenant;
+      std::vector<double> xs, values;
+      for (int s = 1; s <= steps; ++s) {
+        xs.push_back(s);
+        values.push_back(field == "lr" ? scale * 1e-5 : scale + 0.01 * s);
+      }
+      expect_points_map_to(*c, *p, xs, values);
+      EXPECT_NE(c->text.find(std::string(">") + tenant + "</text>"), std::string::npos) << field << ": no legend";
+    }
+  }
+  EXPECT_NE(html.find("<dt>last loss (all tenants)</dt>"), std::string::npos);
+  EXPECT_NE(chart(charts, "loss")->text.find(">Loss (all tenants)</text>"), std::string::npos);
+}
+
+// Every figure goes through one formatter: a loss with 4 decimals wherever it stands,
+// counts and steps grouped in thousands (tick labels too).
+TEST(Report, FiguresHaveOnePrecisionAndThousandsSeparators) {
+  std::string d = fresh_temp_dir("report_numbers");
+  write_file(d + "/metrics.jsonl",
+             "{\"step\":999,\"loss\":13.5,\"tokens\":1000000}\n"
+             "{\"step\":12345,\"loss\":12,\"eval_loss\":11.91,\"tokens\":234567,\"exact_match\":0.5}\n");
+  fs::create_directories(d + "/legal");
+  write_file(d + "/legal/metrics.jsonl", "{\"step\":1500,\"loss\":2,\"eval_loss\":1.875}\n");
+  glint::write_report(d);
+  const std::string html = read(d + "/report.html");
+  for (const char* item : {"<dt>steps</dt><dd>12,345</dd>", "<dt>last loss (all tenants)</dt><dd>12.0000</dd>",
+                           "<dt>last eval loss (all tenants)</dt><dd>11.9100 (step 12,345)</dd>",
+                           "<dt>tokens</dt><dd>1,234,567</dd>", "<dt>exact match</dt><dd>50.0%</dd>",
+                           "<dt>tenant legal</dt><dd>step 1,500, loss 2.0000, eval loss 1.8750</dd>"})
+    EXPECT_NE(html.find(item), std::string::npos) << item << "\n" << html.substr(0, html.find("</header>"));
+  const Svg* loss = chart(read_charts(html), "loss");
+  ASSERT_TRUE(loss);
+  EXPECT_NE(loss->text.find(">10,000</text>"), std::string::npos) << "the x axis' tick at step 10,000";
+}
+
+TEST(Report, ElapsedIsTheWholeRunsAcrossResumes) {
+  std::string d = fresh_temp_dir("report_elapsed");
+  // Resumed after step 3 by a glint that restarted elapsed_s in each process: 90 s, then
+  // 40 s more.
+  write_file(d + "/metrics.jsonl",
+             "{\"step\":1,\"elapsed_s\":30}\n{\"step\":2,\"elapsed_s\":60}\n{\"step\":3,\"elapsed_s\":90}\n"
+             "{\"step\":4,\"elapsed_s\":20}\n{\"step\":5,\"elapsed_s\":40}\n");
+  glint::write_report(d);
+  EXPECT_NE(read(d + "/report.html").find("<dt>elapsed</dt><dd>2m10s</dd>"), std::string::npos);
+  // As glint writes it: the resumed process goes on from the run's time.
+  write_file(d + "/metrics.jsonl",
+             "{\"step\":1,\"elapsed_s\":30}\n{\"step\":2,\"elapsed_s\":60}\n{\"step\":3,\"elapsed_s\":90}\n"
+             "{\"step\":4,\"elapsed_s\":110}\n{\"step\":5,\"elapsed_s\":130}\n");
+  glint::write_report(d);
+  EXPECT_NE(read(d + "/report.html").find("<dt>elapsed</dt><dd>2m10s</dd>"), std::string::npos);
+}
+
+TEST(ReportNumbers, FormatNumberGroupsThousandsAtAFixedPrecision) {
+  EXPECT_EQ(glint::format_number(1234567.891, 2), "1,234,567.89");
+  EXPECT_EQ(glint::format_number(12, 4), "12.0000");
+  EXPECT_EQ(glint::format_number(11.91, 4), "11.9100");
+  EXPECT_EQ(glint::format_number(-1234.5, 1), "-1,234.5");
+  EXPECT_EQ(glint::format_number(999.96, 1), "1,000.0");
+  EXPECT_EQ(glint::format_number(123, 0), "123");
+  EXPECT_EQ(glint::format_number(-123456, 0), "-123,456");
+  EXPECT_EQ(glint::format_number(-0.00001, 4), "0.0000");
+  EXPECT_EQ(glint::format_number(1e21, 0), "1,000,000,000,000,000,000,000");
+  EXPECT_EQ(glint::format_number(NAN, 2), "nan");
+  EXPECT_EQ(glint::format_number(-INFINITY, 2), "-inf");
 }
 
 TEST(Report, ReplacesTheFileAtomically) {
@@ -434,7 +532,7 @@ TEST(ReportChart, TickLabelsAreShortAndDistinct) {
   glint::ChartAxis quarter = glint::nice_axis(0, 1, 4);  // step 0.25
   EXPECT_EQ(glint::format_tick(0.25, quarter), "0.25");
   glint::ChartAxis big = glint::nice_axis(0, 2500, 5);  // step 500
-  EXPECT_EQ(glint::format_tick(1500, big), "1500");
+  EXPECT_EQ(glint::format_tick(1500, big), "1,500");
   glint::ChartAxis huge = glint::nice_axis(0, 3e7, 5);
   EXPECT_EQ(glint::format_tick(1e7, huge), "1.0e+7");
 }
