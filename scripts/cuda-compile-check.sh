@@ -100,9 +100,12 @@ grep -q "glint: libtorch 2.6.0 with CUDA" "$work/configure.log" || {
   tail -30 "$work/configure.log"; log "FAILED: the configure did not take the CUDA branch"; exit 1; }
 python3 - "$build/compile_commands.json" <<'PY' || { log "FAILED: the library is not compiled as a CUDA build"; exit 1; }
 import json, sys
-# glint_wire (the protobuf messages and their converter) reads no torch header.
+# What reads no torch header: glint_wire (the protobuf messages and their converter),
+# and glint_base, glint_cli_base and the glint front (what links no libtorch).
+torch_free = ("glint_wire.dir", "glint_base.dir", "glint_cli_base.dir", "/glint.dir/")
 entries = [e for e in json.load(open(sys.argv[1]))
-           if ("/src/" in e["file"] or "/unity/glint_" in e["file"]) and "glint_wire.dir" not in e.get("output", e["command"])]
+           if ("/src/" in e["file"] or "/unity/glint_" in e["file"])
+           and not any(t in e.get("output", e["command"]) for t in torch_free)]
 bad = [e["file"] for e in entries if "-DGLINT_CUDA=1" not in e["command"] or "-DUSE_C10D_NCCL" not in e["command"]]
 if not entries or bad:
     print("without -DGLINT_CUDA=1 -DUSE_C10D_NCCL:", bad or "no entries", file=sys.stderr)

@@ -326,7 +326,7 @@ std::string run_or_fail(const std::string& cmd, const std::string& what) {
 }
 
 Action add_bench(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("bench", "benchmarks (each prints one JSON object)");
+  CLI::App* cmd = add_command(app, "bench");
   cmd->require_subcommand(1);
   auto opt = std::make_shared<TrainOptions>();
   opt->steps = 3;

@@ -1,5 +1,5 @@
-// Subcommands of the glint binary. Each adds itself to the app and returns the action
-// to run when it was selected.
+// Subcommands of glint. Each adds itself to the app and returns the action to run when
+// it was selected.
 #pragma once
 
 #include <functional>
@@ -13,6 +13,23 @@ class App;
 namespace glint::cli {
 
 using Action = std::function<int()>;
+
+// A subcommand of glint: its name and the one line `glint --help` gives it.
+struct CommandSummary {
+  const char* name;
+  const char* summary;
+};
+
+// Every subcommand of glint, in the order `glint --help` lists them (commands.cc): the
+// one home of their summaries, so that the glint front, which links no libtorch, lists
+// the commands it hands to glint-core in their own words (cli/command_line.h).
+const std::vector<CommandSummary>& command_summaries();
+
+// The summary of subcommand `name`. REQUIRES: command_summaries() lists it.
+const char* command_summary(const std::string& name);
+
+// Adds subcommand `name` to `app` with its summary; each add_* below starts with it.
+CLI::App* add_command(CLI::App& app, const std::string& name);
 
 Action add_train(CLI::App& app);
 // The arguments of `glint train` (after its name) with `--resume PATH` and no --config:

@@ -80,7 +80,7 @@ int run_preview(const PreviewOptions& p) {
 }  // namespace
 
 Action add_data(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("data", "inspect training data");
+  CLI::App* cmd = add_command(app, "data");
   cmd->require_subcommand(1);
   auto p = std::make_shared<PreviewOptions>();
   CLI::App* preview = cmd->add_subcommand("preview", "show samples with their trained tokens marked");

@@ -16,8 +16,7 @@ Action add_export(CLI::App& app) {
     bool overwrite = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "export", "write a training checkpoint as a PEFT adapter (or each tenant's, or the whole model with --full)");
+  CLI::App* cmd = add_command(app, "export");
   cmd->footer(
       "CHECKPOINT is a run directory (its newest checkpoint) or one of its checkpoints/step-N, saved on any\n"
       "mesh. A LoRA run's adapter is written as the run's OUT/adapter is (adapter_config.json,\n"

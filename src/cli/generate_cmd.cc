@@ -211,8 +211,7 @@ int run_generate(const GenerateArgs& a) {
 
 Action add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "generate", "generate text (or token ids) from a model, optionally with a LoRA adapter, printed as it comes");
+  CLI::App* cmd = add_command(app, "generate");
   cmd->add_option("--model", a->model, "Hugging Face model directory (config.json and safetensors)")->required();
   cmd->add_option("--adapter", a->adapter,
                   "PEFT LoRA adapter directory to apply (e.g. a run's OUT/adapter), or a run's checkpoint: RUN (its "

@@ -18,7 +18,7 @@ Action add_init_model(CLI::App& app) {
     uint64_t seed = 0;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("init-model", "write a random model (config.json + safetensors)");
+  CLI::App* cmd = add_command(app, "init-model");
   cmd->add_option("--config", a->config, "config.json describing the model")->required();
   cmd->add_option("--output", a->output, "output directory")->required();
   cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();

@@ -12,8 +12,7 @@ namespace glint::cli {
 
 Action add_launch(CLI::App& app) {
   auto o = std::make_shared<LaunchOptions>();
-  CLI::App* cmd = app.add_subcommand("launch", "run N ranks of a command on this machine, one of --nnodes "
-                                               "machines (torchrun-style)");
+  CLI::App* cmd = add_command(app, "launch");
   cmd->add_option("-n,--nproc,--nproc-per-node", o->nproc, "ranks on this machine")->required();
   cmd->add_option("--nnodes", o->nnodes, "machines in the job, each running -n ranks")->capture_default_str();
   cmd->add_option("--node-rank", o->node_rank, "this machine's index, 0 to nnodes-1 (node 0 hosts the "

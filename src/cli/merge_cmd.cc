@@ -36,9 +36,7 @@ Action add_merge(CLI::App& app) {
     std::string max_shard_size = "5G";
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "merge",
-      "fold a LoRA adapter (expert LoRA included) into its base model and write a Hugging Face checkpoint");
+  CLI::App* cmd = add_command(app, "merge");
   cmd->footer(
       "Writes W + scale*B*A for every adapted linear and every expert of an adapted expert tensor, in the\n"
       "family's Hub form (per-expert keys for Qwen3-MoE, Qwen3-Next, DeepSeek-V3), sharded with\n"

@@ -14,12 +14,7 @@ Action add_plot(CLI::App& app) {
     std::string run_dir, output;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "plot",
-      "draw a training run as OUT/report.html: one self-contained page (inline SVG, no script, no "
-      "network) with the loss and evaluation loss, learning rate, gradient norm and tokens/s against the "
-      "step; for a multi-tenant run, every tenant's loss, learning rate and gradient norm, named, against "
-      "its own step");
+  CLI::App* cmd = add_command(app, "plot");
   cmd->add_option("OUT", a->run_dir, "the run's output directory (the --output of glint train), holding metrics.jsonl")
       ->required();
   cmd->add_option("--output", a->output, "the HTML file to write instead of OUT/report.html");

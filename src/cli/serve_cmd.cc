@@ -67,8 +67,7 @@ std::map<std::string, std::string> read_api_keys(const std::string& path) {
 }  // namespace
 
 Action add_serve(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "serve the Tinker training API: many users' LoRA adapters trained in shared "
-                                          "steps on one base model");
+  auto* cmd = add_command(app, "serve");
   auto opts = std::make_shared<TrainOptions>();
   auto args = std::make_shared<ServeArgs>();
   auto svc = std::make_shared<ServiceOptions>();

@@ -23,8 +23,7 @@ Action add_template(CLI::App& app) {
     bool add_generation_prompt = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "template", "render chat conversations (JSON lines on stdin) with a tokenizer's chat template");
+  CLI::App* cmd = add_command(app, "template");
   cmd->add_option("--tokenizer", a->tokenizer, "tokenizer directory (tokenizer_config.json)")->required();
   cmd->add_flag("--add-generation-prompt", a->add_generation_prompt, "end with the start of an assistant turn");
   cmd->add_option("--enable-thinking", a->enable_thinking, "true or false: sets the template variable enable_thinking");

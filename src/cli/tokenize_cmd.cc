@@ -74,9 +74,7 @@ int run_tokenize(const TokenizeOptions& o) {
 }  // namespace
 
 Action add_tokenize(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand(
-      "tokenize",
-      "encode JSON strings (one per line on stdin) to JSON arrays of token ids; --decode reverses");
+  CLI::App* cmd = add_command(app, "tokenize");
   auto o = std::make_shared<TokenizeOptions>();
   cmd->add_option("--tokenizer", o->tokenizer, "directory holding tokenizer.json, or the file")
       ->required();

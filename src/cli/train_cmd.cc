@@ -181,7 +181,7 @@ std::vector<std::string> with_resumed_config(const std::vector<std::string>& arg
 Action add_train(CLI::App& app) {
   auto opts = std::make_shared<TrainOptions>();
   auto targets = std::make_shared<std::string>("all");
-  CLI::App* cmd = app.add_subcommand("train", "fine-tune a model (LoRA by default)");
+  CLI::App* cmd = add_command(app, "train");
   // A flag given twice (config file, then command line) takes the last value.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // Expanded before parsing by expand_config_file; declared here for --help.
