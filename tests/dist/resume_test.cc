@@ -214,10 +214,16 @@ TEST(ResumeFaults, IncompleteAndMismatchedCheckpointsAreRefused) {
   expect_refused(launch(2, "train --resume " + s.run + " --lora-r 8"), {"another model or training setup", "lora.r: saved 4, now 8"});
   expect_refused(launch(2, "train --resume " + s.run + " --full"), {"training: saved \"lora\", now \"full\""});
   expect_refused(launch(2, "train --resume " + s.run + " --dtype float32"), {"dtype"});
-  // Nothing to train past the end.
-  expect_refused(launch(2, "train --resume " + s.run + " --steps 2"), {"nothing is left to train"});
+  // An end before the checkpoint's step: refused.
+  expect_refused(launch(2, "train --resume " + s.run + " --steps 1"), {"is at step 2, past the run's --steps 1"});
   // A stop at or before the checkpoint's step would never come: refused, not run on.
   expect_refused(launch(2, "train --resume " + s.run + " --stop-after 2"), {"is at step 2", "--stop-after 2 is not after it"});
+  // The end at the checkpoint's step: nothing is left to train, and the run's outputs
+  // are written from it.
+  RunResult finished = launch(2, "train --resume " + s.run + " --steps 2");
+  EXPECT_EQ(finished.exit_code, 0) << finished.output;
+  EXPECT_NE(finished.output.find("nothing is left to train"), std::string::npos) << finished.output;
+  EXPECT_TRUE(fs::exists(s.run + "/adapter/adapter_model.safetensors"));
   // A missing rank file, then a truncated one.
   fs::rename(s.run + "/checkpoints/step-2/rank-00001.safetensors", s.dir + "/moved");
   expect_refused(launch(2, "train --resume " + s.run), {"rank-00001.safetensors is missing", "incomplete"});
