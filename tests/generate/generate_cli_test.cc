@@ -146,7 +146,8 @@ TEST(GenerateCli, ErrorsNameWhatIsWrong) {
       {base + "--prompt-ids '1 99'", "vocabulary", 1},
       {base, "exactly one of --prompt", 2},
       {base + "--prompt hi", "no tokenizer.json", 1},
-      {base + "--prompt-ids 1 --adapter " + d + "/nowhere", "adapter_config.json", 1},
+      {base + "--prompt-ids 1 --adapter " + d + "/nowhere", "nowhere: no such directory", 2},
+      {base + "--prompt-ids 1 --adapter " + d, "neither a PEFT adapter directory", 1},
       {base + "--prompt-ids 1 --top-p 2", "--top-p", 2},
       {"generate --model " + d + "/nowhere --prompt-ids 1", "no such directory", 1},
   };
@@ -165,7 +166,8 @@ TEST(GenerateCli, ErrorsNameWhatIsWrong) {
   save_adapter(d + "/other_adapter", lora, "other");
   auto r = testing::run_glint(base + "--prompt-ids 1 --adapter " + d + "/other_adapter");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("does not fit the model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not fit this qwen3_moe model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trained on other"), std::string::npos) << r.output;
 }
 
 // Token ids as the command prints them.
