@@ -328,7 +328,8 @@ TEST(Report, FiguresHaveOnePrecisionAndThousandsSeparators) {
                            "<dt>tokens</dt><dd>1,234,567</dd>", "<dt>exact match</dt><dd>50.0%</dd>",
                            "<dt>tenant legal</dt><dd>step 1,500, loss 2.0000, eval loss 1.8750</dd>"})
     EXPECT_NE(html.find(item), std::string::npos) << item << "\n" << html.substr(0, html.find("</header>"));
-  const Svg* loss = chart(read_charts(html), "loss");
+  const std::vector<Svg> charts = read_charts(html);
+  const Svg* loss = chart(charts, "loss");
   ASSERT_TRUE(loss);
   EXPECT_NE(loss->text.find(">10,000</text>"), std::string::npos) << "the x axis' tick at step 10,000";
 }
