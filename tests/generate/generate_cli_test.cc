@@ -186,6 +186,15 @@ size_t stop_index(const std::vector<int64_t>& free) {
   return 0;
 }
 
+// The token ids a greedy run of `args` prints when nothing stops it: all 8 of them.
+std::vector<int64_t> unstopped_ids(const std::string& args) {
+  auto r = testing::run_glint(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<int64_t> ids = parse_ids(last_line(r.output));
+  EXPECT_EQ(ids.size(), 8u) << r.output;
+  return ids;
+}
+
 // The model's EOS from config.json (no generation_config.json) ends the generation. The
 // EOS is the token the greedy model produces, found by a run without any.
 TEST(GenerateCli, StopsAtTheEosOfConfigJson) {
@@ -194,17 +203,15 @@ TEST(GenerateCli, StopsAtTheEosOfConfigJson) {
   save_pretrained(*m, d + "/model");
   const std::string args = "generate --model " + d + "/model --prompt-ids '11 4 5 6 12' --max-new-tokens 8 "
                            "--temperature 0";
-  auto r = testing::run_glint(args);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<int64_t> free = parse_ids(last_line(r.output));
-  ASSERT_EQ(free.size(), 8u) << r.output;
+  const std::vector<int64_t> free = unstopped_ids(args);
+  ASSERT_EQ(free.size(), 8u);
   const size_t k = stop_index(free);
   for (bool as_list : {false, true}) {
     SCOPED_TRACE(as_list ? "a list" : "an int");
     nlohmann::json cfg = read_json_file(d + "/model/config.json");
     cfg["eos_token_id"] = as_list ? nlohmann::json({free[k]}) : nlohmann::json(free[k]);
     std::ofstream(d + "/model/config.json") << cfg.dump();
-    r = testing::run_glint(args);
+    auto r = testing::run_glint(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(parse_ids(last_line(r.output)), std::vector<int64_t>(free.begin(), free.begin() + k + 1)) << r.output;
   }
@@ -221,10 +228,8 @@ TEST(GenerateCli, StopsAtTheTokenizersEosWithPromptIds) {
   fs::copy_file(fixture, d + "/model/tokenizer.json");
   const std::string args = "generate --model " + d + "/model --prompt-ids '40 41 42 43' --max-new-tokens 8 "
                            "--temperature 0";
-  auto r = testing::run_glint(args);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<int64_t> free = parse_ids(last_line(r.output));
-  ASSERT_EQ(free.size(), 8u) << r.output;
+  const std::vector<int64_t> free = unstopped_ids(args);
+  ASSERT_EQ(free.size(), 8u);
   const size_t k = stop_index(free);
   // The token's spelling, from tokenizer.json itself.
   const nlohmann::json tj = read_json_file(fixture);
@@ -235,7 +240,7 @@ TEST(GenerateCli, StopsAtTheTokenizersEosWithPromptIds) {
     if (added["id"].get<int64_t>() == free[k]) spelling = added["content"].get<std::string>();
   ASSERT_FALSE(spelling.empty()) << free[k];
   std::ofstream(d + "/model/tokenizer_config.json") << nlohmann::json({{"eos_token", spelling}}).dump();
-  r = testing::run_glint(args);
+  auto r = testing::run_glint(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(parse_ids(last_line(r.output)), std::vector<int64_t>(free.begin(), free.begin() + k + 1)) << r.output;
 }
