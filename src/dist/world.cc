@@ -84,17 +84,15 @@ World World::from_env() {
   return w;
 }
 
-std::string World::launch_json() const {
+nlohmann::json World::launch_json() const {
   return nlohmann::json{{"launcher", launcher},
                         {"world_size", world_size},
                         {"nproc_per_node", local_world_size},
                         {"nnodes", num_nodes},
-                        {"master_addr", master_addr}}
-      .dump();
+                        {"master_addr", master_addr}};
 }
 
-std::string launch_command_line(const std::string& launch_json, const std::string& command) {
-  const nlohmann::json j = nlohmann::json::parse(launch_json, nullptr, /*allow_exceptions=*/false);
+std::string launch_command_line(const nlohmann::json& j, const std::string& command) {
   if (!j.is_object() || !j.value("launcher", nlohmann::json()).is_string()) return command;
   const std::string launcher = j["launcher"];
   const int world = j.value("world_size", 1), per_node = j.value("nproc_per_node", world), nodes = j.value("nnodes", 1);

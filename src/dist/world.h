@@ -8,6 +8,8 @@
 // local_world_size).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <chrono>
 #include <string>
 
@@ -31,16 +33,16 @@ struct World {
   // What the job's launcher is and how many ranks it started where, as JSON
   // ({"launcher", "world_size", "nproc_per_node", "nnodes", "master_addr"}): recorded with
   // a run's checkpoints so that the command continuing the run can start the same job.
-  std::string launch_json() const;
+  nlohmann::json launch_json() const;
 };
 
 // The command line that starts `command` (e.g. "glint train --resume runs/x") as the job
 // described by `launch_json` (World::launch_json) was started: "glint launch -n 2 -- ...",
 // "torchrun --nproc-per-node 2 --no-python ...", "mpirun -n 4 ...", "srun ...", or the
 // command alone for a single process. Several nodes: the line to run on each node, with
-// <node-rank> to fill in where the launcher needs it. An empty or unreadable description
-// gives the command alone.
-std::string launch_command_line(const std::string& launch_json, const std::string& command);
+// <node-rank> to fill in where the launcher needs it. A description that is not an object
+// (null: a checkpoint of an earlier version) gives the command alone.
+std::string launch_command_line(const nlohmann::json& launch, const std::string& command);
 
 // GLINT_DIST_TIMEOUT_SECONDS (default 1800): how long a collective or the rendezvous
 // waits for the other ranks before failing.

@@ -216,7 +216,7 @@ nlohmann::json checkpoint_rank_state(const CheckpointDir& ckpt, int rank) {
 std::string resume_command(const CheckpointDir& ckpt, const std::string& path) {
   const nlohmann::json launch = ckpt.manifest.contains("run") ? ckpt.manifest["run"].value("launch", nlohmann::json())
                                                               : nlohmann::json();
-  return launch_command_line(launch.is_object() ? launch.dump() : "", "glint train --resume " + path);
+  return launch_command_line(launch, "glint train --resume " + path);
 }
 
 std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now) {

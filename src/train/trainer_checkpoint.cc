@@ -136,7 +136,7 @@ void Trainer::save_checkpoint_now() {
   c.step = step_;
   c.identity = identity();
   c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
-  c.run = {{"launch", nlohmann::json::parse(World::from_env().launch_json())},
+  c.run = {{"launch", World::from_env().launch_json()},
            {"base_model", base_model_name()},
            {"lora_dropout", opt_.lora.dropout}};
   c.state = {{"step", step_}};
