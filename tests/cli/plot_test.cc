@@ -31,7 +31,10 @@ std::string make_run(const std::string& name, int n) {
   }
   fs::create_directories(d + "/support");
   std::ofstream t(d + "/support/metrics.jsonl");
-  for (int s = 1; s <= n; ++s) t << "{\"step\":" << s << ",\"loss\":" << 2.0 / (1 + 0.03 * s) << "}\n";
+  // A tenant's own records carry its learning rate and gradient norm, as a tenant run writes them.
+  for (int s = 1; s <= n; ++s)
+    t << "{\"step\":" << s << ",\"loss\":" << 2.0 / (1 + 0.03 * s) << ",\"grad_norm\":" << 0.5 + 0.1 * (s % 5)
+      << ",\"lr\":" << 1e-4 * s / n << "}\n";
   return d;
 }
 
@@ -136,7 +139,9 @@ TEST(ReportBrowser, ChromiumDrawsThePage) {
       << png << " is hardly bigger than the picture of an empty page";
   r = run(flags + "--dump-dom file://" + d + "/report.html 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* series : {"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "tenant/support"})
+  // A tenant run draws the tenants' own learning rates and gradient norms.
+  for (const char* series : {"loss", "eval_loss", "tenant_lr/support", "tenant_grad_norm/support", "tokens_per_s",
+                             "tenant/support"})
     EXPECT_NE(r.output.find(std::string("data-series=\"") + series + "\""), std::string::npos) << series;
   EXPECT_NE(r.output.find("<svg"), std::string::npos);
 }
