@@ -168,12 +168,13 @@ at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
 
 LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
                          const at::Tensor& labels, const at::Tensor& position_ids,
-                         const at::Tensor& segment_ids) {
+                         const at::Tensor& segment_ids, bool router_stats) {
   ForwardOutput out = model.forward(input_ids, position_ids, segment_ids);
   LossParts parts;
-  parts.ce_sum = token_cross_entropy(model, out.hidden, labels).sum();
+  parts.token_ce = token_cross_entropy(model, out.hidden, labels);
+  parts.ce_sum = parts.token_ce.sum();
   const ModelConfig& c = model.config;
-  if (out.router_logits.empty()) return parts;
+  if (!router_stats || out.router_logits.empty()) return parts;
   at::Tensor valid = segment_ids.to(model.placement.device).ge(0).reshape({-1});
   if (c.output_router_logits)
     parts.aux_loss = load_balancing_loss(out.router_logits, valid, c.num_experts,

@@ -114,14 +114,16 @@ at::Tensor token_cross_entropy(CausalLMImpl& model, const at::Tensor& hidden,
 
 // Parts of the training objective for one micro-batch.
 struct LossParts {
+  at::Tensor token_ce;  // [B,S-1] per-token cross-entropy (token_cross_entropy)
   at::Tensor ce_sum;    // scalar: sum of label-token cross-entropy (float32)
   at::Tensor aux_loss;  // scalar load-balancing loss, undefined unless output_router_logits
   at::Tensor expert_tokens;  // [L_moe, E] int64 on CPU: routed copies of non-padding tokens
                              // per expert (undefined for a dense model)
 };
+// `router_stats`: the load-balancing loss and the routed copies per expert too.
 LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
                          const at::Tensor& labels, const at::Tensor& position_ids,
-                         const at::Tensor& segment_ids);
+                         const at::Tensor& segment_ids, bool router_stats = true);
 
 // Aux-loss-free balancing: each MoE layer's router correction bias b (when it has one)
 // moves by `rate` toward balanced load, b_e += rate * sign(mean(load) - load_e), from

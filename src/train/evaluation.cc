@@ -1,14 +1,13 @@
 // Validation loss: the label-token mean cross-entropy of a held-out set, over all ranks,
 // with the adapters as trained (no dropout) and nothing updated.
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "data/collate.h"
 #include "dist/comm.h"
-#include "parallel/fsdp.h"
+#include "model/causal_lm.h"
 #include "train/trainer.h"
 
 namespace glint {
@@ -27,9 +26,7 @@ double Trainer::evaluate_loss(const std::vector<Sample>& samples, int64_t batch_
   std::fill(filler.labels.begin(), filler.labels.end(), kIgnoreIndex);
   CollateOptions collate_options = data_->collate;
   collate_options.pack = false;
-  at::NoGradGuard no_grad;
   lora_.train(false);
-  if (fsdp_) fsdp_->gather(fsdp_->root_unit());
   double ce = 0, count = 0;
   for (int64_t b = 0; b < batches; ++b) {
     std::vector<const Sample*> picked;
@@ -37,14 +34,17 @@ double Trainer::evaluate_loss(const std::vector<Sample>& samples, int64_t batch_
       const int64_t k = b * batch_size + i;
       picked.push_back(k < n ? &samples[size_t(k)] : &filler);
     }
-    for (const Batch& mb : collate(picked, collate_options, micro_batch_size_)) {
-      if (bank_) bank_->set_rows(at::full({mb.input_ids.size(0)}, slot, at::kLong));
-      ForwardOutput out = model_->forward(mb.input_ids, mb.position_ids, mb.segment_ids);
-      ce += token_cross_entropy(*model_, out.hidden, mb.labels).to(at::kDouble).sum().item<double>();
+    std::vector<Batch> micro_batches = collate(picked, collate_options, micro_batch_size_);
+    for (Batch& mb : micro_batches) {
+      if (bank_) mb.row_tags = at::full({mb.input_ids.size(0)}, slot, at::kLong);
       count += double(mb.label_tokens);
     }
+    const int64_t slots = bank_ ? bank_->num_slots() : 1;
+    MicroBatchPass pass = engine_->forward_backward(
+        micro_batches, slots, [](size_t, const Batch&, const LossParts&) { return at::Tensor(); },
+        /*backward=*/false, /*router_stats=*/false);
+    ce += pass.ce.sum().item<double>();
   }
-  if (fsdp_) fsdp_->release(fsdp_->root_unit());
   lora_.train(true);
   at::Tensor sums = at::tensor({ce, count}, at::kDouble);
   comm_->all_reduce_sum(sums);

@@ -17,8 +17,9 @@
 #include "generate/generate.h"
 #include "io/sharded_state.h"
 #include "lora/peft_io.h"
-#include "parallel/checkpoint.h"
+#include "model/causal_lm.h"
 #include "parallel/fsdp.h"
+#include "parallel/parallelize.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -26,22 +27,26 @@ namespace glint {
 
 namespace fs = std::filesystem;
 
-Trainer::TenantState& Trainer::service_tenant(const std::string& name) const {
-  for (const auto& t : tenants_)
-    if (t->spec.adapter.name == name) return *t;
-  fail("no tenant '", name, "'");
+Learner& Trainer::service_tenant(const std::string& name) const {
+  Learner* l = engine_->find(name);
+  GLINT_CHECK(l, "no tenant '", name, "'");
+  return *l;
 }
 
 void Trainer::refresh_adapter_inputs() {
-  lora_.sites.clear();
-  const std::vector<std::string> names = bank_->list();
-  for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)
-    if (!names[slot].empty())
-      for (const LoraSite& site : bank_->adapter(slot).sites) lora_.sites.push_back(site);
-  const int64_t L = model_->config.num_hidden_layers;
-  std::vector<std::vector<at::Tensor>> per_layer(L);
-  for (int64_t l = 0; l < L; ++l) per_layer[l] = layer_trainable_tensors(*model_, l, lora_.layer_parameters(l));
-  if (auto* runner = dynamic_cast<RecomputeRunner*>(model_->layer_runner.get())) runner->set_layer_adapters(std::move(per_layer));
+  // The layers' grad inputs (recompute, FSDP) are the adapters in use: the run's own, or
+  // every tenant's in the bank.
+  layout_->set_layer_adapters(*model_, [&](int64_t layer) {
+    if (!bank_) return lora_.layer_parameters(layer);
+    std::vector<at::Tensor> all;
+    const std::vector<std::string> names = bank_->list();
+    for (int64_t slot = 0; slot < bank_->num_slots(); ++slot) {
+      if (names[size_t(slot)].empty()) continue;
+      std::vector<at::Tensor> mine = bank_->adapter(slot).layer_parameters(layer);
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    return all;
+  });
 }
 
 void Trainer::add_service_tenant(const TenantOptions& tenant, bool trainable) {
@@ -49,38 +54,23 @@ void Trainer::add_service_tenant(const TenantOptions& tenant, bool trainable) {
   int64_t slot = -1;  // add() throws before anything changes; it reads the layers' shapes
   if (fsdp_) fsdp_->with_layer_shapes([&] { slot = bank_->add(tenant); });
   else slot = bank_->add(tenant);
-  auto st = std::make_unique<TenantState>();
-  st->spec.adapter = tenant;
-  st->slot = slot;
   LoraModel& lora = bank_->adapter(slot);
-  std::vector<bool> expert = lora.expert_parameters();
-  size_t k = 0;
-  for (auto& [name, t] : lora.named_parameters()) {
-    if (expert[k]) expert_tensor_names_.insert(name);
-    Comm* group = expert[k++] ? expert_replicas_.get() : comm_.get();
-    if (!trainable) t.set_requires_grad(false);
-    st->params.push_back(t);
-    st->names.push_back(name);
-    st->placement.push_back(Placement{group, group->size()});
-  }
-  if (trainable) st->optimizer = std::make_unique<AdamW>(st->params, AdamWOptions{});
-  tenants_.push_back(std::move(st));
+  const AdamWOptions adam;  // each update sends its own
+  Learner& l = engine_->add(tenant.name, slot, lora.named_parameters(), lora.expert_parameters(),
+                            trainable ? &adam : nullptr);
+  l.lora = tenant.lora;
   refresh_adapter_inputs();
 }
 
 void Trainer::remove_service_tenant(const std::string& name) {
-  for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
-    if ((*it)->spec.adapter.name != name) continue;
-    bank_->remove(name);
-    tenants_.erase(it);
-    refresh_adapter_inputs();
-    return;
-  }
-  fail("no tenant '", name, "' to remove");
+  GLINT_CHECK(engine_->find(name), "no tenant '", name, "' to remove");
+  bank_->remove(name);
+  engine_->remove(name);
+  refresh_adapter_inputs();
 }
 
 int64_t Trainer::service_steps_taken(const std::string& name) const {
-  const TenantState& t = service_tenant(name);
+  const Learner& t = service_tenant(name);
   return t.optimizer ? t.optimizer->steps_taken() : 0;
 }
 
@@ -106,65 +96,70 @@ ServiceForward Trainer::service_forward(const std::vector<ServiceRow>& rows, boo
     for (const auto& r : rows) n = std::max(n, r.tokens.size());
     return int64_t(n) + 1;
   }();
-  // [R, S_max] target log-probabilities and [R] objectives, filled by the owning rank,
-  // summed over ranks at the end.
-  const at::ScalarType compute = model_->placement.dtype == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor lp_all = at::zeros({std::max<int64_t>(R, 1), S_max}, at::kDouble);
-  at::Tensor obj_all = at::zeros({std::max<int64_t>(R, 1)}, at::kDouble);
-  if (fsdp_) fsdp_->begin_root();
+  // The micro-batches: row b of round k is row (first_k + b) % R. Each row holds its
+  // tokens and one padding position (the labels are shifted by one, so position i's label
+  // targets[i] sits at i + 1).
+  std::vector<Batch> batches;
+  std::vector<int64_t> firsts;
+  auto source = [&](int64_t first, int64_t b) { return (first + b) % R; };
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t first = rank * share + round * mb;
     const int64_t n = std::min(mb, share - round * mb);
-    // Row b: tokens + one padding position (the labels are shifted by one, so position
-    // i's label targets[i] sits at i + 1).
     int64_t S = 2;
-    auto source = [&](int64_t b) { return (first + b) % R; };
-    for (int64_t b = 0; b < n; ++b) S = std::max<int64_t>(S, int64_t(rows[source(b)].tokens.size()) + 1);
-    at::Tensor ids = at::zeros({n, S}, at::kLong), labels = at::full({n, S}, kIgnoreIndex, at::kLong);
-    at::Tensor pos = at::zeros({n, S}, at::kLong), seg = at::full({n, S}, -1, at::kLong);
-    at::Tensor tags = at::full({n}, -1, at::kLong);
+    for (int64_t b = 0; b < n; ++b) S = std::max<int64_t>(S, int64_t(rows[source(first, b)].tokens.size()) + 1);
+    Batch batch;
+    batch.input_ids = at::zeros({n, S}, at::kLong);
+    batch.labels = at::full({n, S}, kIgnoreIndex, at::kLong);
+    batch.position_ids = at::zeros({n, S}, at::kLong);
+    batch.segment_ids = at::full({n, S}, -1, at::kLong);
+    batch.row_tags = at::full({n}, -1, at::kLong);
     for (int64_t b = 0; b < n; ++b) {
-      const ServiceRow& row = rows[source(b)];
+      const ServiceRow& row = rows[source(first, b)];
       const int64_t N = int64_t(row.tokens.size());
-      auto* pi = ids[b].data_ptr<int64_t>();
-      auto* pl = labels[b].data_ptr<int64_t>();
-      auto* pp = pos[b].data_ptr<int64_t>();
-      auto* ps = seg[b].data_ptr<int64_t>();
+      auto* pi = batch.input_ids[b].data_ptr<int64_t>();
+      auto* pl = batch.labels[b].data_ptr<int64_t>();
+      auto* pp = batch.position_ids[b].data_ptr<int64_t>();
+      auto* ps = batch.segment_ids[b].data_ptr<int64_t>();
       for (int64_t i = 0; i < N; ++i) {
         pi[i] = row.tokens[i];
         pl[i + 1] = row.targets[i];
         pp[i] = i;
         ps[i] = 0;
       }
-      tags[b] = row.slot;
+      batch.row_tags[b] = row.slot;
+      batch.label_tokens += N;
     }
-    at::Tensor device_ids = ids.to(model_->placement.device);
-    bank_->set_rows(tags.to(model_->placement.device));
-    at::Tensor objective;
-    {
-      std::optional<at::NoGradGuard> no_grad;
-      if (!backward) no_grad.emplace();
-      ForwardOutput out = model_->forward(device_ids, pos.to(model_->placement.device), seg.to(model_->placement.device));
-      at::Tensor lp = -token_cross_entropy(*model_, out.hidden, labels).to(compute);  // [n, S-1]
-      for (int64_t b = 0; b < n; ++b) {
-        const ServiceRow& row = rows[source(b)];
-        at::Tensor row_lp = lp[b].narrow(0, 0, int64_t(row.tokens.size()));
-        at::Tensor o;
-        if (first + b >= R) {
-          o = row_lp.sum() * 0.0;  // a copy: zero gradients through the same graph
-        } else {
-          lp_all[first + b].narrow(0, 0, row_lp.size(0)).copy_(row_lp.detach().to(at::kCPU, at::kDouble));
-          if (!row.objective) continue;
-          o = row.objective(row_lp);
-          GLINT_CHECK(o.dim() == 0, "row ", first + b, ": its objective is not a scalar");
-          obj_all[first + b] = o.detach().to(at::kCPU, at::kDouble).item<double>();
-        }
-        objective = objective.defined() ? objective + o : o;
-      }
-    }
-    if (backward && objective.defined() && objective.requires_grad()) objective.backward();
+    batches.push_back(std::move(batch));
+    firsts.push_back(first);
   }
-  if (fsdp_) fsdp_->end_root();
+  // [R, S_max] target log-probabilities and [R] objectives, filled by the owning rank,
+  // summed over ranks at the end.
+  const at::ScalarType compute = model_->placement.dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor lp_all = at::zeros({std::max<int64_t>(R, 1), S_max}, at::kDouble);
+  at::Tensor obj_all = at::zeros({std::max<int64_t>(R, 1)}, at::kDouble);
+  // Each row's objective from the log-probabilities of its targets.
+  auto objective = [&](size_t k, const Batch& batch, const LossParts& parts) {
+    const int64_t first = firsts[k];
+    at::Tensor lp = -parts.token_ce.to(compute);  // [n, S-1]
+    at::Tensor total;
+    for (int64_t b = 0; b < batch.input_ids.size(0); ++b) {
+      const ServiceRow& row = rows[source(first, b)];
+      at::Tensor row_lp = lp[b].narrow(0, 0, int64_t(row.tokens.size()));
+      at::Tensor o;
+      if (first + b >= R) {
+        o = row_lp.sum() * 0.0;  // a copy: zero gradients through the same graph
+      } else {
+        lp_all[first + b].narrow(0, 0, row_lp.size(0)).copy_(row_lp.detach().to(at::kCPU, at::kDouble));
+        if (!row.objective) continue;
+        o = row.objective(row_lp);
+        GLINT_CHECK(o.dim() == 0, "row ", first + b, ": its objective is not a scalar");
+        obj_all[first + b] = o.detach().to(at::kCPU, at::kDouble).item<double>();
+      }
+      total = total.defined() ? total + o : o;
+    }
+    return total;
+  };
+  engine_->forward_backward(batches, bank_->num_slots(), objective, backward, /*router_stats=*/false);
   comm_->all_reduce_sum(lp_all);
   comm_->all_reduce_sum(obj_all);
   ServiceForward result;
@@ -178,16 +173,15 @@ ServiceForward Trainer::service_forward(const std::vector<ServiceRow>& rows, boo
 }
 
 double Trainer::service_optim_step(const std::string& name, const ServiceStep& step) {
-  TenantState& t = service_tenant(name);
+  Learner& t = service_tenant(name);
   GLINT_CHECK(t.optimizer, "tenant '", name, "' is not trained (a sampling adapter)");
   GLINT_CHECK(step.lr >= 0 && std::isfinite(step.lr), "learning_rate must be >= 0, got ", step.lr);
   GLINT_CHECK(step.max_grad_norm >= 0, "grad_clip_norm must be >= 0, got ", step.max_grad_norm);
   t.optimizer->set_options(step.adam);
-  all_reduce_grads(t.params, t.placement);
-  const double norm = clip_gradients(t.params, t.placement, step.max_grad_norm);
-  t.optimizer->step(step.lr);
-  ++t.step;
-  for (auto& p : t.params) p.mutable_grad() = at::Tensor();
+  engine_->reduce({&t});
+  const double norm = engine_->clip(t, step.max_grad_norm);
+  engine_->update(t, step.lr);
+  engine_->zero_grad(t);
   return norm;
 }
 
@@ -202,17 +196,17 @@ std::string gradient_piece_name(int rank, const std::string& name) {
 }  // namespace
 
 void Trainer::save_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients) {
-  TenantState& t = service_tenant(name);
+  Learner& t = service_tenant(name);
   CheckpointContent c;
   c.step = t.optimizer ? t.optimizer->steps_taken() : 0;
-  const LoraOptions& o = t.spec.adapter.lora;
+  const LoraOptions& o = t.lora;
   c.identity = {{"model", model_->family->to_json(model_->config)},
                 {"training", "service tenant"},
                 {"lora", {{"r", o.r}, {"alpha", o.alpha}, {"rslora", o.use_rslora},
                           {"target_modules", o.target_modules}, {"target_parameters", o.target_parameters}}}};
   c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
   c.state = {{"optimizer_steps", c.step}, {"optimizer", optimizer && t.optimizer}, {"gradients", gradients}};
-  add_state_pieces(c.pieces, t.params, t.names, optimizer ? t.optimizer.get() : nullptr, false, "");
+  add_state_pieces(c.pieces, t, t.params, optimizer ? t.optimizer.get() : nullptr, "");
   if (gradients) {
     nlohmann::json held = nlohmann::json::array();  // which tensors have one on this rank
     for (size_t i = 0; i < t.params.size(); ++i) {
@@ -230,7 +224,7 @@ void Trainer::save_service_state(const std::string& name, const std::string& dir
 }
 
 void Trainer::load_service_state(const std::string& name, const std::string& dir, bool optimizer, bool gradients) {
-  TenantState& t = service_tenant(name);
+  Learner& t = service_tenant(name);
   CheckpointDir ckpt;
   run_collectively(*comm_, [&] { ckpt = find_checkpoint(dir); });
   verify_checkpoint(*comm_, ckpt);
@@ -246,7 +240,7 @@ void Trainer::load_service_state(const std::string& name, const std::string& dir
     if (with_optimizer) opt->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
   }
   std::vector<StatePiece> pieces;
-  add_state_pieces(pieces, params, t.names, with_optimizer ? opt.get() : nullptr, false, "");
+  add_state_pieces(pieces, t, params, with_optimizer ? opt.get() : nullptr, "");
   std::vector<at::Tensor> grads(params.size());
   if (gradients && st.value("gradients", false)) {
     GLINT_CHECK(ckpt.manifest.at("world_size").get<int>() == comm_->size(), dir, ": its gradients were saved on ",
@@ -271,12 +265,12 @@ void Trainer::load_service_state(const std::string& name, const std::string& dir
 }
 
 void Trainer::save_service_adapter(const std::string& name, const std::string& dir, const std::string& base_model) {
-  TenantState& t = service_tenant(name);
+  Learner& t = service_tenant(name);
   save_lora(bank_->adapter(t.slot), dir, base_model);
 }
 
 void Trainer::load_service_adapter(const std::string& name, const std::string& dir) {
-  TenantState& t = service_tenant(name);
+  Learner& t = service_tenant(name);
   run_collectively(*comm_, [&] { read_adapter_weights(dir, bank_->adapter(t.slot), *model_); });
 }
 

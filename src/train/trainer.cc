@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -28,10 +29,9 @@
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
-#include "dist/mesh.h"
-#include "parallel/checkpoint.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fsdp.h"
+#include "parallel/parallelize.h"
 #include "train/memory_estimate.h"
 #include "train/metrics.h"
 
@@ -128,33 +128,6 @@ void TrainOptions::validate() const {
   if (!full) lora.validate("LoRA options");
 }
 
-namespace {
-
-// Collective: what each rank read of the model's checkpoint, for the setup report.
-std::string sharded_load_line(Comm& comm, const CheckpointReader& checkpoint) {
-  at::Tensor mine = at::tensor({int64_t(checkpoint.bytes_read())}, at::kLong);
-  at::Tensor all = comm.all_gather(mine);
-  const int W = comm.size();
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "weights read of the checkpoint's %.3f MB:", double(checkpoint.tensor_bytes()) / 1e6);
-  std::string line = buf;
-  int64_t sum = 0;
-  for (int r = 0; r < W; ++r) {
-    const int64_t b = all[r].item<int64_t>();
-    sum += b;
-    if (W <= 16 || r < 4) {
-      std::snprintf(buf, sizeof buf, "%s rank %d %.3f MB", r ? "," : "", r, double(b) / 1e6);
-      line += buf;
-    } else if (r == 4) {
-      line += ", ...";
-    }
-  }
-  std::snprintf(buf, sizeof buf, " (%.3f MB in all)", double(sum) / 1e6);
-  return line + buf;
-}
-
-}  // namespace
-
 Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     : opt_(std::move(options)), comm_(comm ? std::move(comm) : Comm::create(World{})) {
   opt_.validate();
@@ -171,7 +144,6 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   std::unique_ptr<CheckpointReader> checkpoint;
   const bool service = opt_.service_slots > 0;
   builtin_task_ = !service && opt_.data.empty() && opt_.tenants.empty();
-  const bool ep = opt_.ep > 1;
   if (opt_.model_dir.empty()) {
     model_ = CausalLM(opt_.model_config ? *opt_.model_config
                                         : tiny_moe_config(ReverseDigitsTask::kVocabSize),
@@ -188,20 +160,14 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     checkpoint = open_checkpoint(opt_.model_dir, config);
     model_ = CausalLM(config, lazy);
   }
-  validate_expert_mesh(model_->config, W, opt_.ep, opt_.ep_layout);
-  if (W > 1) {
-    const World world = World::from_env();
-    // A Comm made without the launcher's environment (tests) counts as one node.
-    const int per_node = world.world_size == W ? world.local_world_size : W;
-    report_.push_back(describe_mesh_layout(W, per_node, opt_.ep, opt_.ep_layout, opt_.fsdp));
-  }
-  expert_replicas_ = comm_;
-  if (ep) {
-    mesh_ = make_expert_mesh(comm_, opt_.ep, opt_.ep_layout);
-    ep_comm_ = mesh_->axis_comm("ep");
-    expert_replicas_ = mesh_->axis_comm("ep_fsdp");
-    shard_experts(*model_, ep_comm_);
-  }
+  ParallelOptions parallel;
+  parallel.ep = opt_.ep;
+  parallel.ep_layout = opt_.ep_layout;
+  parallel.fsdp = opt_.fsdp;
+  parallel.recompute = opt_.activation_checkpointing;
+  parallel.full = opt_.full;
+  parallel.fsdp_overlap = opt_.fsdp_overlap;
+  check_parallel_options(model_->config, W, parallel);
   if (opt_.router_bias_update_rate > 0) {
     bool any = false;
     for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
@@ -224,19 +190,20 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   CollateOptions collate;
   collate.pack = opt_.pack;
   std::vector<std::vector<Sample>> tenant_data, tenant_eval;
+  std::vector<Sample> samples, eval_samples;  // the run's own (one adapter or --full)
   if (service) {
     collate.seq_len = model_->config.max_position_embeddings;
   } else if (builtin_task_) {
     GLINT_CHECK(vocab >= ReverseDigitsTask::kVocabSize, "the built-in task needs a vocabulary of ",
                 ReverseDigitsTask::kVocabSize, " tokens; the model has ", vocab);
     ReverseDigitsTask task;
-    samples_ = task.generate(20000, opt_.seed + 1);
+    samples = task.generate(20000, opt_.seed + 1);
     collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : task.max_sample_len();
     collate.pad_id = ReverseDigitsTask::kPad;
-    LengthReport cut = fit_to_length(&samples_, collate.seq_len);
+    LengthReport cut = fit_to_length(&samples, collate.seq_len);
     if (cut.cut > 0) report_.push_back("built-in task: " + cut.summary());
-    GLINT_CHECK(!samples_.empty(), "--seq-len ", collate.seq_len, " leaves no built-in task sample with a trained token");
-    report_.push_back(epoch_line("built-in task", samples_, opt_.steps, opt_.batch_size));
+    GLINT_CHECK(!samples.empty(), "--seq-len ", collate.seq_len, " leaves no built-in task sample with a trained token");
+    report_.push_back(epoch_line("built-in task", samples, opt_.steps, opt_.batch_size));
   } else {
     std::vector<std::string> paths, eval_paths;
     if (opt_.tenants.empty()) {
@@ -247,22 +214,21 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
       paths.push_back(t.data);
       eval_paths.push_back(t.eval_data);
     }
-    data_.reset(new DataState{std::nullopt, collate});  // load_data sets seq_len and pad_id
+    data_.reset(new DataState{collate});  // load_data sets seq_len and pad_id
     std::vector<std::vector<Sample>> evals;
     std::vector<std::vector<Sample>> sets = load_data(paths, eval_paths, vocab, &evals);
-    if (opt_.tenants.empty()) eval_samples_ = std::move(evals[0]);
+    if (opt_.tenants.empty()) eval_samples = std::move(evals[0]);
     else tenant_eval = std::move(evals);
     collate = data_->collate;
     if (opt_.tenants.empty()) {
-      samples_ = std::move(sets[0]);
-      if (opt_.steps == 0) opt_.steps = steps_for_epochs(samples_.size(), opt_.batch_size);
-      report_.push_back(epoch_line(opt_.data, samples_, opt_.steps, opt_.batch_size));
+      samples = std::move(sets[0]);
+      if (opt_.steps == 0) opt_.steps = steps_for_epochs(samples.size(), opt_.batch_size);
+      report_.push_back(epoch_line(opt_.data, samples, opt_.steps, opt_.batch_size));
     } else {
       tenant_data = std::move(sets);
     }
   }
-  data_.reset(new DataState{std::nullopt, collate});
-  if (opt_.tenants.empty() && !service) data_->sampler.emplace(samples_.size(), opt_.seed);  // tenants: setup_tenants
+  data_.reset(new DataState{collate});
   // The built-in task's validation set, cut to its length.
   auto load_eval = [&](const std::string& path) {
     int64_t pad = data_->collate.pad_id;
@@ -273,78 +239,68 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                 data_->collate.seq_len);
     return set;
   };
-  if (builtin_task_ && !opt_.eval_data.empty()) eval_samples_ = load_eval(opt_.eval_data);
-  if (checkpoint) load_weights(*model_, *checkpoint, /*parameters=*/!opt_.fsdp);
-
-  // Trainable tensors and where their copies live: non-expert tensors are replicated on
-  // every rank, expert tensors on the ranks holding the same experts.
-  auto replicated = [&](bool expert) {
-    Comm* group = expert ? expert_replicas_.get() : comm_.get();
-    return Placement{group, group->size()};
+  if (builtin_task_ && !opt_.eval_data.empty()) eval_samples = load_eval(opt_.eval_data);
+  ParallelLayout layout = parallelize(*model_, comm_, parallel, checkpoint.get());
+  layout_ = std::make_unique<ParallelLayout>(layout);
+  fsdp_ = layout.fsdp;
+  report_.insert(report_.end(), layout.report.begin(), layout.report.end());
+  // Adapters are built on the layers' shapes (under FSDP the layers hold shards).
+  auto with_shapes = [&](const std::function<void()>& fn) {
+    if (fsdp_) fsdp_->with_layer_shapes(fn);
+    else fn();
   };
-  if (opt_.full) {
+  if (!opt_.tenants.empty() || service) {
+    int64_t slots = opt_.service_slots, r_max = opt_.service_r_max;
+    if (!service) {
+      slots = int64_t(opt_.tenants.size());
+      for (const auto& t : opt_.tenants) r_max = std::max(r_max, t.adapter.lora.r);
+    }
+    with_shapes([&] { bank_ = std::make_unique<TenantBank>(*model_, slots, r_max); });
+  }
+  engine_ = std::make_unique<StepEngine>(*model_, StepParallel{comm_, layout.ep, layout.expert_replicas, fsdp_},
+                                         bank_.get());
+  const AdamWOptions run_adam{opt_.adam.beta1, opt_.adam.beta2, opt_.adam.eps, opt_.weight_decay};
+  Learner* own = nullptr;  // the run's own learner (one adapter, or --full)
+  if (opt_.full && fsdp_) {  // nothing replicated: every trainable tensor is a shard
+    own = &engine_->add_shards(fsdp_->shards(), run_adam);
+  } else if (opt_.full) {
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    std::vector<bool> expert;
     for (auto& site : parameter_sites(*model_)) {
-      site.tensor.set_requires_grad(true);
-      trainable_.push_back(site.tensor);
-      trainable_names_.push_back(site.name);
-      placement_.push_back(replicated(site.expert));
-      if (site.expert) expert_tensor_names_.insert(site.name);
+      named.emplace_back(site.name, site.tensor);
+      expert.push_back(site.expert);
     }
+    own = &engine_->add("", 0, named, expert, &run_adam);
   } else if (!opt_.tenants.empty()) {
-    setup_tenants(std::move(tenant_data), std::move(tenant_eval));
-  } else if (service) {  // tenants come later (add_service_tenant)
-    bank_ = std::make_unique<TenantBank>(*model_, opt_.service_slots, opt_.service_r_max);
-  } else {
-    if (opt_.init_adapter.empty()) {
-      lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
-    } else {  // its rank, alpha and targets: training continues from it
-      lora_ = load_adapter(opt_.init_adapter, *model_);
-      opt_.lora = lora_.options;
-      report_.push_back("--init-adapter " + opt_.init_adapter + ": LoRA r=" + std::to_string(opt_.lora.r) + ", alpha " +
-                        nlohmann::json(opt_.lora.alpha).dump() + ", " + std::to_string(lora_.sites.size()) +
-                        " adapted sites; training continues from its weights");
-    }
+    with_shapes([&] { setup_tenants(std::move(tenant_data), std::move(tenant_eval)); });
+  } else if (!service) {  // the service's tenants come later (add_service_tenant)
+    with_shapes([&] {
+      if (opt_.init_adapter.empty()) {
+        lora_ = apply_lora(*model_, opt_.lora, opt_.seed + 2);
+      } else {  // its rank, alpha and targets: training continues from it
+        lora_ = load_adapter(opt_.init_adapter, *model_);
+        opt_.lora = lora_.options;
+        report_.push_back("--init-adapter " + opt_.init_adapter + ": LoRA r=" + std::to_string(opt_.lora.r) +
+                          ", alpha " + nlohmann::json(opt_.lora.alpha).dump() + ", " +
+                          std::to_string(lora_.sites.size()) + " adapted sites; training continues from its weights");
+      }
+    });
     lora_.train(true);
-    std::vector<bool> expert = lora_.expert_parameters();
-    size_t i = 0;
-    for (auto& [name, t] : lora_.named_parameters()) {
-      trainable_.push_back(t);
-      trainable_names_.push_back(name);
-      placement_.push_back(replicated(expert[i]));
-      if (expert[i++]) expert_tensor_names_.insert(name);
-    }
+    own = &engine_->add("", 0, lora_.named_parameters(), lora_.expert_parameters(), &run_adam);
+    own->lora = opt_.lora;
   }
-  if (opt_.fsdp) {
-    std::vector<std::vector<at::Tensor>> adapters(model_->config.num_hidden_layers);
-    if (!opt_.full)
-      for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
-        adapters[l] = layer_trainable_tensors(*model_, l, lora_.layer_parameters(l));
-    const bool overlap =
-        opt_.fsdp_overlap == "on" || (opt_.fsdp_overlap == "auto" && model_->placement.device.is_cuda());
-    fsdp_ = std::make_shared<FsdpRunner>(*model_, comm_, opt_.full, std::move(adapters), checkpoint.get(),
-                                         ep ? expert_replicas_ : nullptr, overlap);
-    model_->layer_runner = fsdp_;
-    if (opt_.full) {  // nothing replicated: every trainable tensor is a shard
-      trainable_ = fsdp_->shards();
-      trainable_names_.assign(trainable_.size(), "");
-      placement_.assign(trainable_.size(), Placement{});
-    }
-  } else if (opt_.activation_checkpointing) {
-    std::vector<std::vector<at::Tensor>> per_layer;
-    for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
-      per_layer.push_back(layer_trainable_tensors(*model_, l, opt_.full ? std::vector<at::Tensor>{}
-                                                                          : lora_.layer_parameters(l)));
-    model_->layer_runner = std::make_shared<CheckpointRunner>(std::move(per_layer));
+  if (own) {
+    own->samples = std::move(samples);
+    own->eval_samples = std::move(eval_samples);
+    if (!service) own->sampler = std::make_unique<EpochSampler>(own->samples.size(), opt_.seed);
+    own->batch_size = opt_.batch_size;
+    own->steps = opt_.steps;
+    own->schedule.peak_lr = opt_.lr;
+    own->schedule.total_steps = opt_.steps;
+    own->schedule.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
+    own->schedule.min_lr_ratio = opt_.min_lr_ratio;
   }
-  if (checkpoint) checkpoint->check_unchanged();  // the shard loader has read its spans
-  if (checkpoint && W > 1) report_.push_back(sharded_load_line(*comm_, *checkpoint));
-  if (opt_.tenants.empty() && !service)  // tenants have their own
-    optimizer_ = std::make_unique<AdamW>(trainable_, AdamWOptions{opt_.adam.beta1, opt_.adam.beta2,
-                                                                  opt_.adam.eps, opt_.weight_decay});
-  schedule_.peak_lr = opt_.lr;
-  schedule_.total_steps = opt_.steps;
-  schedule_.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
-  schedule_.min_lr_ratio = opt_.min_lr_ratio;
+  refresh_adapter_inputs();
   // Dropout draws from the default generators: seeded per rank, saved in checkpoints.
   at::manual_seed(opt_.seed * 1000003 + uint64_t(comm_->rank()));
   if (!opt_.resume.empty()) resume(opt_.resume);
@@ -355,136 +311,96 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
 Trainer::~Trainer() = default;
 
 std::vector<Batch> Trainer::next_micro_batches() {
-  if (bank_) return next_tenant_batches();
-  // Every rank draws the same global batch and keeps its contiguous share, so the split
-  // does not change which samples a step sees.
-  std::vector<size_t> idx = data_->sampler->next(opt_.batch_size);
-  const int64_t share = opt_.batch_size / comm_->size();
-  std::vector<const Sample*> picked;
-  for (int64_t i = comm_->rank() * share; i < (comm_->rank() + 1) * share; ++i)
-    picked.push_back(&samples_[idx[i]]);
-  // Several micro-batches without packing: samples of like length share one, so each is
-  // padded less. The step's loss is a sum over its samples: the order does not change it.
-  if (!data_->collate.pack && micro_batch_size_ < int64_t(picked.size()))
-    std::stable_sort(picked.begin(), picked.end(), [](const Sample* a, const Sample* b) {
-      return a->input_ids.size() > b->input_ids.size();
-    });
-  return collate(picked, data_->collate, micro_batch_size_);
+  // Every rank draws the same global batch of each learner still training and keeps its
+  // contiguous share, so the split does not change which samples a step sees.
+  const int W = comm_->size(), r = comm_->rank();
+  std::vector<Batch> parts;
+  for (const auto& l : learners()) {
+    if (l->step >= l->steps) continue;
+    std::vector<size_t> idx = l->sampler->next(l->batch_size);
+    const int64_t share = l->batch_size / W;
+    std::vector<const Sample*> picked;
+    for (int64_t i = r * share; i < (r + 1) * share; ++i) picked.push_back(&l->samples[idx[i]]);
+    if (!bank_) {
+      // Several micro-batches without packing: samples of like length share one, so each
+      // is padded less. The step's loss is a sum over its samples: the order does not
+      // change it.
+      if (!data_->collate.pack && micro_batch_size_ < int64_t(picked.size()))
+        std::stable_sort(picked.begin(), picked.end(), [](const Sample* a, const Sample* b) {
+          return a->input_ids.size() > b->input_ids.size();
+        });
+      return collate(picked, data_->collate, micro_batch_size_);
+    }
+    // A tenant's share in one batch (packed per tenant with --pack), its rows tagged.
+    std::vector<Batch> one = collate(picked, data_->collate, int64_t(picked.size()));
+    GLINT_ASSERT(one.size() == 1);
+    one[0].row_tags = at::full({one[0].input_ids.size(0)}, l->slot, at::kLong);
+    parts.push_back(std::move(one[0]));
+  }
+  GLINT_ASSERT(!parts.empty(), "no learner has steps left");
+  return split_rows(concat_rows(parts, data_->collate.pad_id), micro_batch_size_);
 }
 
 StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
-  if (bank_) return step_tenants(micro_batches);
-  auto t0 = std::chrono::steady_clock::now();
-  StepStats st;
-  for (const auto& b : micro_batches) {
-    st.label_tokens += b.label_tokens;
-    st.tokens += b.segment_ids.ge(0).sum().item<int64_t>();
-  }
-  // Global counts: the loss of the step is normalized by the label tokens of all ranks.
-  at::Tensor counts = at::tensor({double(st.label_tokens), double(st.tokens), double(micro_batches.size())},
-                                 at::kDouble);
-  comm_->all_reduce_sum(counts);
-  st.label_tokens = int64_t(counts[0].item<double>());
-  st.tokens = int64_t(counts[1].item<double>());
-  const double total_micro = counts[2].item<double>();
-  GLINT_CHECK(st.label_tokens > 0, "step ", step_ + 1, ": the batch has no label tokens to train on");
-  optimizer_->zero_grad();
-  double ce_total = 0, aux_total = 0;
-  bool has_aux = false;
-  at::Tensor expert_tokens;  // [L_moe, E] this rank's routed copies
-  const double coef = model_->config.router_aux_loss_coef;
   using clock = std::chrono::steady_clock;
-  auto seconds_since = [](clock::time_point t) {
-    return std::chrono::duration<double>(clock::now() - t).count();
-  };
-  if (fsdp_) fsdp_->begin_root();
-  for (const auto& b : micro_batches) {
-    auto tf = clock::now();
-    LossParts parts = causal_lm_loss(*model_, b.input_ids, b.labels, b.position_ids, b.segment_ids);
-    // Normalize by the label tokens of the whole step, so accumulation equals one big batch.
-    at::Tensor objective = parts.ce_sum / double(st.label_tokens);
-    if (parts.aux_loss.defined()) {
-      objective = objective + parts.aux_loss * (coef / total_micro);
-      aux_total += parts.aux_loss.item<double>();
-      has_aux = true;
-    }
-    ce_total += parts.ce_sum.item<double>();
-    if (parts.expert_tokens.defined())
-      expert_tokens = expert_tokens.defined() ? expert_tokens + parts.expert_tokens : parts.expert_tokens;
-    auto tb = clock::now();
-    st.forward_seconds += std::chrono::duration<double>(tb - tf).count();
-    objective.backward();
-    st.backward_seconds += seconds_since(tb);
-  }
-  if (fsdp_) fsdp_->end_root();
+  auto t0 = clock::now();
+  StepStats st;
+  const int64_t slots = bank_ ? bank_->num_slots() : 1;
+  StepEngine::Counts counts = engine_->count_tokens(micro_batches, slots);
+  st.tokens = counts.tokens;
+  double label_total = 0;
+  for (double n : counts.label_tokens) label_total += n;
+  GLINT_CHECK(label_total > 0, "step ", step_ + 1, ": the batch has no label tokens to train on");
+  for (const auto& l : learners()) engine_->zero_grad(*l);
+  const double coef = model_->config.router_aux_loss_coef;
+  MicroBatchPass pass = engine_->forward_backward(
+      micro_batches, slots, StepEngine::training_objective(counts.label_tokens, coef, counts.micro_batches),
+      /*backward=*/true, /*router_stats=*/true);
+  st.forward_seconds = pass.forward_seconds;
+  st.backward_seconds = pass.backward_seconds;
   auto to = clock::now();
-  all_reduce_grads();
-  at::Tensor sums = at::tensor({ce_total, aux_total}, at::kDouble);
+  std::vector<Learner*> all;
+  for (const auto& l : learners()) all.push_back(l.get());
+  engine_->reduce(all);
+  at::Tensor sums = at::cat({pass.ce, at::tensor({pass.aux_loss}, at::kDouble)});  // [slots..., aux]
   comm_->all_reduce_sum(sums);
-  st.loss = sums[0].item<double>() / double(st.label_tokens);
-  if (has_aux) st.aux_loss = sums[1].item<double>() / total_micro;
-  if (expert_tokens.defined()) {
-    at::Tensor load = expert_tokens.to(at::kDouble).contiguous();
+  double ce_total = 0;
+  for (int64_t s = 0; s < slots; ++s) ce_total += sums[s].item<double>();
+  st.label_tokens = int64_t(label_total);
+  st.loss = ce_total / label_total;
+  if (pass.has_aux) st.aux_loss = sums[slots].item<double>() / counts.micro_batches;
+  if (pass.expert_tokens.defined()) {
+    at::Tensor load = pass.expert_tokens.to(at::kDouble).contiguous();
     comm_->all_reduce_sum(load);
     st.idle_experts = load.eq(0).sum().item<int64_t>();
     st.expert_load_max = (std::get<0>(load.max(1)) / load.mean(1)).max().item<double>();
     // The same global load on every rank: every copy of the biases moves alike.
     if (opt_.router_bias_update_rate > 0) update_router_biases(*model_, load, opt_.router_bias_update_rate);
   }
-  if (!opt_.dump_gradients.empty()) dump_gradients(step_ + 1);
-  st.grad_norm = clip_gradients(trainable_, placement_);
+  // Each learner with sequences in the step: its own gradients (when dumped), clipping
+  // norm and AdamW on its own schedule. A tenant without one is untouched.
+  for (const auto& l : learners()) {
+    const double n = counts.label_tokens[size_t(l->slot)];
+    if (n <= 0) continue;
+    if (!opt_.dump_gradients.empty())
+      dump_gradients(*l, bank_ ? opt_.dump_gradients + "/" + l->name : opt_.dump_gradients, l->step + 1);
+    const double norm = engine_->clip(*l, opt_.max_grad_norm);
+    const double lr = l->schedule.at(l->step + 1);
+    engine_->update(*l, lr);
+    if (bank_) {
+      st.tenants.push_back({l->name, l->step, sums[l->slot].item<double>() / n, norm, lr, int64_t(n)});
+    } else {
+      st.grad_norm = norm;
+      st.lr = lr;
+    }
+  }
   ++step_;
-  st.lr = schedule_.at(step_);
-  optimizer_->step(st.lr);
-  st.optimizer_seconds = seconds_since(to);
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.optimizer_seconds = std::chrono::duration<double>(clock::now() - to).count();
+  st.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return st;
 }
 
-void Trainer::all_reduce_grads() { all_reduce_grads(trainable_, placement_); }
-
-void Trainer::all_reduce_grads(std::vector<at::Tensor>& trainable, const std::vector<Placement>& placement) {
-  // One flat buffer per (replica group, dtype): one collective per group per step. The
-  // buckets go in the order of their first tensor, the same on every rank (never in the
-  // order of the groups' addresses, which differ between processes: ranks would then
-  // enter different collectives and wait on each other forever).
-  std::vector<std::pair<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>>> buckets;
-  for (size_t i = 0; i < trainable.size(); ++i) {
-    at::Tensor& p = trainable[i];
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    Comm* group = placement[i].replicas;
-    if (!group || group->size() <= 1) continue;  // shards are reduced
-    std::pair<Comm*, at::ScalarType> key{group, p.scalar_type()};
-    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const auto& b) { return b.first == key; });
-    if (it == buckets.end()) it = buckets.insert(buckets.end(), {key, {}});
-    it->second.push_back(&p);
-  }
-  for (auto& [key, params] : buckets) {
-    std::vector<at::Tensor> flat;
-    for (at::Tensor* p : params) flat.push_back(p->grad().reshape({-1}));
-    at::Tensor buf = at::cat(flat);
-    key.first->all_reduce_sum(buf);
-    int64_t off = 0;
-    for (at::Tensor* p : params) {
-      int64_t n = p->numel();
-      p->grad().copy_(buf.narrow(0, off, n).view(p->sizes()));
-      off += n;
-    }
-  }
-}
-
-uint64_t Trainer::bytes_sent() const {
-  // A mesh axis spanning the whole world is the world communicator itself: count it once.
-  std::set<const Comm*> comms{comm_.get(), ep_comm_.get(), expert_replicas_.get()};
-  uint64_t n = 0;
-  for (const Comm* c : comms)
-    if (c) n += c->total_bytes_sent();
-  return n;
-}
-
-at::Tensor Trainer::all_experts(const at::Tensor& local) {
-  return ep_comm_ ? ep_comm_->all_gather(local.contiguous()) : local;
-}
+uint64_t Trainer::bytes_sent() const { return layout_->bytes_sent(); }
 
 int64_t Trainer::local_weight_bytes() const {
   auto bytes = [](const at::Tensor& t) { return int64_t(t.numel()) * int64_t(t.element_size()); };
@@ -492,64 +408,38 @@ int64_t Trainer::local_weight_bytes() const {
   for (const auto& p : model_->parameters()) n += bytes(p);  // sharded layers hold 0 elements
   if (fsdp_)
     for (const auto& s : fsdp_->shards()) n += bytes(s);
-  if (!opt_.full)
-    for (const auto& site : lora_.sites) n += bytes(site.A()) + bytes(site.B());
-  if (optimizer_) n += optimizer_->state_bytes();
-  if (bank_) n += tenant_weight_bytes();
+  // Adapters (a --full run's tensors are the parameters counted above) and optimizer state.
+  for (const auto& l : learners()) {
+    if (!opt_.full)
+      for (const auto& p : l->params) n += bytes(p);
+    if (l->optimizer) n += l->optimizer->state_bytes();
+  }
   return n;
 }
 
-void Trainer::dump_gradients(int64_t step) {
-  // Full gradients under the trainable tensors' names; shards are gathered (collective:
-  // every rank takes part).
+void Trainer::dump_gradients(const Learner& learner, const std::string& dir, int64_t step) {
+  // Full gradients under the trainable tensors' names; shards and expert slices are
+  // gathered (collective: every rank takes part).
   std::vector<std::pair<std::string, at::Tensor>> named;
+  auto grad = [](const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); };
   if (opt_.full && fsdp_) {
     std::vector<at::Tensor> grads;
-    for (const auto& s : fsdp_->shards())
-      grads.push_back(s.grad().defined() ? s.grad() : at::zeros_like(s));
+    for (const auto& s : learner.params) grads.push_back(grad(s));
+    std::set<std::string> experts;
+    for (const ParameterSite& site : parameter_sites(*model_))
+      if (site.expert) experts.insert(site.name);
     named = fsdp_->gather_named(grads);
+    for (auto& [name, t] : named)
+      if (experts.count(name)) t = engine_->all_experts(t);
   } else {
-    for (size_t i = 0; i < trainable_.size(); ++i) {
-      const at::Tensor& g = trainable_[i].grad();
-      named.emplace_back(trainable_names_[i], g.defined() ? g : at::zeros_like(trainable_[i]));
+    for (size_t i = 0; i < learner.params.size(); ++i) {
+      at::Tensor g = grad(learner.params[i]);
+      named.emplace_back(learner.names[i], learner.expert[i] ? engine_->all_experts(g) : g);
     }
   }
-  write_gradients(opt_.dump_gradients, step, std::move(named));
-}
-
-void Trainer::write_gradients(const std::string& dir, int64_t step,
-                              std::vector<std::pair<std::string, at::Tensor>> named) {
-  for (auto& [name, t] : named)
-    if (expert_tensor_names_.count(name)) t = all_experts(t);
   if (comm_->rank() != 0) return;
   make_dirs(dir);
   write_safetensors(dir + "/step_" + std::to_string(step) + ".safetensors", named);
-}
-
-double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement) {
-  return clip_gradients(params, placement, opt_.max_grad_norm);
-}
-
-double Trainer::clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement,
-                               double max_norm) {
-  // One rule for every placement: sum of squares over the tensors this rank holds, each
-  // divided by how many ranks hold an identical copy, summed over the world.
-  at::NoGradGuard no_grad;
-  double local = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const at::Tensor& g = params[i].grad();
-    if (!g.defined()) continue;
-    local += g.to(at::kDouble).pow(2).sum().item<double>() / placement[i].copies;
-  }
-  at::Tensor total = at::tensor({local}, at::kDouble);
-  comm_->all_reduce_sum(total);
-  double norm = std::sqrt(total.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    double coef = max_norm / (norm + 1e-6);
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(coef);
-  }
-  return norm;
 }
 
 double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {

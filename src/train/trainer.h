@@ -18,6 +18,7 @@
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
 #include "train/optimizer.h"
+#include "train/step_engine.h"
 
 namespace glint {
 
@@ -187,8 +188,6 @@ class Trainer {
   // Whether run() ended early on a signal (its checkpoint: last_checkpoint()).
   bool stopped() const { return stopped_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
-  // The step the run starts after: 0, or the resumed checkpoint's.
-  int64_t start_step() const { return start_step_; }
   // The last step finished (start_step() until the first step of this process ends).
   int64_t current_step() const { return step_; }
   // Collective: writes OUT/checkpoints/step-<current step>/ (train/checkpoint.h).
@@ -196,9 +195,6 @@ class Trainer {
   // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
   // eval set; at most opt.eval_batches batches. Collective.
   double evaluate_loss(const std::vector<Sample>& samples, int64_t batch_size, int64_t slot, int64_t* label_tokens);
-  // What rank 0 reports before step 1: the data, the sequence length and what it cut,
-  // epochs, the memory estimate. One line each.
-  const std::vector<std::string>& setup_report() const { return report_; }
   // Sequences per micro-batch on this rank (chosen from the memory budget when
   // --micro-batch-size is 0) and the sequence length in use.
   int64_t micro_batch_size() const { return micro_batch_size_; }
@@ -243,7 +239,8 @@ class Trainer {
   CausalLMImpl& model() { return *model_; }
   LoraModel& lora() { return lora_; }
   const TrainOptions& options() const { return opt_; }
-  std::vector<at::Tensor> trainable_parameters() const { return trainable_; }
+  // Every learner's tensors, in learner order (a tenant run's: each tenant's in turn).
+  std::vector<at::Tensor> trainable_parameters() const { return engine_->all_params(); }
   // Bytes of model weights this rank holds between steps: unsharded parameters, this
   // rank's FSDP shards, adapters, and optimizer moments.
   int64_t local_weight_bytes() const;
@@ -254,12 +251,6 @@ class Trainer {
   uint64_t bytes_sent() const;
 
  private:
-  // Where a trainable tensor lives: the group whose ranks hold identical copies, over
-  // which its gradient is summed (null: a unique shard, reduced already).
-  struct Placement {
-    Comm* replicas = nullptr;
-    int copies = 1;  // ranks holding an identical copy
-  };
   // Reads `path` whole (pre-tokenized, or text tokenized as in data/text_dataset.h); sets
   // the padding id for text data. Samples are cut to the sequence length later.
   std::vector<Sample> read_data(const std::string& path, int64_t vocab, int64_t* pad_id);
@@ -286,11 +277,8 @@ class Trainer {
   bool stopped_ = false;
   std::string last_checkpoint_;
   int64_t start_step_ = 0;
-  std::vector<Sample> eval_samples_;  // --eval-data
   // Multi-tenant training (src/train/tenant_training.cc).
   void setup_tenants(std::vector<std::vector<Sample>> data, std::vector<std::vector<Sample>> eval);
-  std::vector<Batch> next_tenant_batches();
-  StepStats step_tenants(const std::vector<Batch>& micro_batches);
   // base_model: adapter_config.json's base_model_name_or_path ("" = the run's model).
   void save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model = "");
   // Rank 0 writes OUT/base-model when the base is the built-in random model (once).
@@ -298,72 +286,43 @@ class Trainer {
   // The adapter's base_model_name_or_path: --model, "glint/random-<type>" for a config
   // without weights, or OUT/base-model for the built-in task's random base.
   std::string base_model_name() const;
-  int64_t tenant_weight_bytes() const;
-  struct TenantState {
-    TenantSpec spec;
-    int64_t slot = 0;
-    std::vector<Sample> samples;
-    std::vector<Sample> eval_samples;
-    std::unique_ptr<EpochSampler> sampler;
-    std::vector<at::Tensor> params;  // its adapter's tensors, A then B per site
-    std::vector<std::string> names;
-    std::vector<Placement> placement;
-    std::unique_ptr<AdamW> optimizer;
-    LrSchedule schedule;
-    int64_t step = 0;  // its own optimizer steps so far
-  };
-  std::vector<std::unique_ptr<TenantState>> tenants_;
-  TenantState& service_tenant(const std::string& name) const;  // throws when absent
+  Learner& service_tenant(const std::string& name) const;  // throws when absent
+  // The learners of a training run: the run's own adapter (or parameters), or its tenants.
+  const std::vector<std::unique_ptr<Learner>>& learners() const { return engine_->learners(); }
+  // A tenant run's learners (none in a run of one adapter).
+  std::vector<Learner*> tenant_learners() const;
   std::unique_ptr<TenantBank> bank_;
   void save();
   void save_full_model();
-  void all_reduce_grads();
-  // Sums the gradients of `params` over the ranks holding copies (one flat buffer per
-  // replica group and dtype); undefined gradients become zeros first.
-  void all_reduce_grads(std::vector<at::Tensor>& params, const std::vector<Placement>& placement);
-  // The pieces of trained tensors and their state (src/train/trainer_checkpoint.cc), logical names
-  // prefixed with `prefix`; `optimizer`: its AdamW state too.
-  void add_state_pieces(std::vector<struct StatePiece>& pieces, const std::vector<at::Tensor>& params,
-                         const std::vector<std::string>& names, AdamW* opt, bool fsdp_shards,
-                         const std::string& prefix);
+  // The pieces of a learner's tensors `params` (its own, or like-shaped ones to read into)
+  // and their state (src/train/trainer_checkpoint.cc), logical names prefixed with
+  // `prefix`; `optimizer`: its AdamW state too.
+  void add_state_pieces(std::vector<struct StatePiece>& pieces, const Learner& learner,
+                        const std::vector<at::Tensor>& params, AdamW* opt, const std::string& prefix);
   // After tenants come or go: the layers' grad inputs (recompute, FSDP) are every
   // tenant's tensors again.
   void refresh_adapter_inputs();
-  void dump_gradients(int64_t step);
-  // Collective: writes DIR/step_<k>.safetensors on rank 0 with `named` gradients, expert
-  // tensors gathered over the EP group first.
-  void write_gradients(const std::string& dir, int64_t step, std::vector<std::pair<std::string, at::Tensor>> named);
-  // The mesh-aware norm of the gradients of `params` (Σg² of each divided by its copies,
-  // summed over the world); scales them to opt_.max_grad_norm when above. Collective.
-  double clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement);
-  double clip_gradients(const std::vector<at::Tensor>& params, const std::vector<Placement>& placement,
-                        double max_norm);
-  // Expert tensors hold this EP rank's experts: all_gather over ep -> every expert.
-  at::Tensor all_experts(const at::Tensor& local);
+  // Collective: writes DIR/step_<k>.safetensors on rank 0 with the learner's gradients
+  // after reduction, before clipping: expert tensors gathered over the EP group, FSDP's
+  // shards gathered into full tensors.
+  void dump_gradients(const Learner& learner, const std::string& dir, int64_t step);
+  // This rank's EP group (null without expert parallelism).
+  Comm* ep_comm() const { return engine_->parallel().ep.get(); }
   TrainOptions opt_;
   std::shared_ptr<Comm> comm_;
-  std::shared_ptr<class DeviceMesh> mesh_;   // set under expert parallelism
-  std::shared_ptr<Comm> ep_comm_;            // this rank's EP group (null without EP)
-  std::shared_ptr<Comm> expert_replicas_;    // ranks holding the same experts
+  std::unique_ptr<struct ParallelLayout> layout_;  // the mesh and groups (parallel/parallelize.h)
   CausalLM model_{nullptr};
   LoraModel lora_;
-  std::vector<at::Tensor> trainable_;
-  std::vector<std::string> trainable_names_;
-  std::set<std::string> expert_tensor_names_;  // trainable tensors sliced by expert parallelism
-  std::vector<Placement> placement_;  // per trainable tensor
   std::shared_ptr<class FsdpRunner> fsdp_;
-  std::unique_ptr<AdamW> optimizer_;
-  LrSchedule schedule_;
-  std::vector<Sample> samples_;
+  std::unique_ptr<StepEngine> engine_;
   struct DataState {
-    std::optional<EpochSampler> sampler;  // over samples_; absent with tenants (each has its own)
     CollateOptions collate;
   };
   std::unique_ptr<DataState> data_;
   int64_t step_ = 0;
   int64_t micro_batch_size_ = 0;  // resolved: options' or chosen by plan_memory
   bool builtin_task_ = false;
-  std::vector<std::string> report_;  // setup_report()
+  std::vector<std::string> report_;  // what rank 0 reports before step 1, a line each
 };
 
 }  // namespace glint

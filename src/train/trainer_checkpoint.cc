@@ -70,13 +70,15 @@ at::Generator device_generator(const c10::Device& d) {
 
 }  // namespace
 
-void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const std::vector<at::Tensor>& params,
-                                const std::vector<std::string>& names, AdamW* opt, bool fsdp_shards,
-                                const std::string& prefix) {
-  // Tensor i of `params` (named names[i]) and its optimizer state, each as the pieces of
-  // the logical tensor it is (or is a shard or expert slice of).
+void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const Learner& learner,
+                               const std::vector<at::Tensor>& params, AdamW* opt, const std::string& prefix) {
+  // Tensor i of `params` (the learner's tensor i or one shaped like it) and its optimizer
+  // state, each as the pieces of the logical tensor it is (or is a shard or expert slice of).
   const bool lead = comm_->rank() == 0;
+  const bool fsdp_shards = opt_.full && fsdp_;
+  Comm* ep = ep_comm();
   for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = learner.names[i];
     std::vector<std::pair<std::string, at::Tensor>> kinds = {{"param", params[i]}};
     if (opt) {
       kinds.emplace_back("exp_avg", opt->exp_avg()[i]);
@@ -84,16 +86,16 @@ void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const std::vecto
       if (opt->has_master(i)) kinds.emplace_back("master", opt->master(i));
     }
     for (auto& [kind, t] : kinds) {
-      GLINT_ASSERT(t.is_contiguous(), "state tensor ", names[i], " is not contiguous");
+      GLINT_ASSERT(t.is_contiguous(), "state tensor ", name, " is not contiguous");
       if (fsdp_shards) {
         for (const FsdpRunner::ShardSpan& span : fsdp_->shard_spans(i))
           pieces.push_back({kind + "/" + prefix + span.name, span.full_shape, span.full_offset,
                             t.detach().reshape({-1}).narrow(0, span.shard_offset, span.count), true});
-      } else if (ep_comm_ && expert_tensor_names_.count(names[i])) {
-        pieces.push_back(slice_piece(kind + "/" + prefix + names[i], t, ep_comm_->rank(), ep_comm_->size(),
-                                     expert_replicas_->rank() == 0));
+      } else if (ep && learner.expert[i]) {
+        pieces.push_back(slice_piece(kind + "/" + prefix + name, t, ep->rank(), ep->size(),
+                                     engine_->parallel().expert_replicas->rank() == 0));
       } else {
-        pieces.push_back(replicated_piece(kind + "/" + prefix + names[i], t, lead));
+        pieces.push_back(replicated_piece(kind + "/" + prefix + name, t, lead));
       }
     }
   }
@@ -102,12 +104,8 @@ void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const std::vecto
 std::vector<StatePiece> Trainer::state_pieces() {
   std::vector<StatePiece> pieces;
   const bool lead = comm_->rank() == 0;
-  if (bank_) {
-    for (auto& t : tenants_)
-      add_state_pieces(pieces, t->params, t->names, t->optimizer.get(), false, t->spec.adapter.name + "/");
-  } else {
-    add_state_pieces(pieces, trainable_, trainable_names_, optimizer_.get(), opt_.full && fsdp_, "");
-  }
+  for (const auto& l : learners())
+    add_state_pieces(pieces, *l, l->params, l->optimizer.get(), bank_ ? l->name + "/" : "");
   if (opt_.router_bias_update_rate > 0)
     for (auto& [name, bias] : router_biases(*model_)) pieces.push_back(replicated_piece("buffer/" + name, bias, lead));
   return pieces;
@@ -126,7 +124,8 @@ nlohmann::json Trainer::identity() const {
                        {"training", opt_.full ? "full" : bank_ ? "tenants" : "lora"},
                        {"dtype", c10::toString(model_->placement.dtype)}};
   if (!opt_.full && !bank_) id["lora"] = lora_json(opt_.lora);
-  for (const auto& t : tenants_) id["tenants"][t->spec.adapter.name] = lora_json(t->spec.adapter.lora);
+  if (bank_)
+    for (const auto& l : learners()) id["tenants"][l->name] = lora_json(l->lora);
   if (opt_.router_bias_update_rate > 0) id["router_bias_update"] = true;
   return id;
 }
@@ -140,12 +139,16 @@ void Trainer::save_checkpoint_now() {
            {"base_model", base_model_name()},
            {"lora_dropout", opt_.lora.dropout}};
   c.state = {{"step", step_}};
-  if (optimizer_) c.state["optimizer_steps"] = optimizer_->steps_taken();
-  if (data_->sampler) c.state["sampler"] = sampler_json(*data_->sampler, samples_.size());
-  for (const auto& t : tenants_)
-    c.state["tenants"][t->spec.adapter.name] = {{"step", t->step},
-                                                {"optimizer_steps", t->optimizer->steps_taken()},
-                                                {"sampler", sampler_json(*t->sampler, t->samples.size())}};
+  for (const auto& l : learners()) {
+    nlohmann::json state = {{"optimizer_steps", l->optimizer->steps_taken()},
+                            {"sampler", sampler_json(*l->sampler, l->samples.size())}};
+    if (!bank_) {
+      c.state.update(state);
+    } else {
+      state["step"] = l->step;
+      c.state["tenants"][l->name] = state;
+    }
+  }
   c.rank_state = {{"rng_cpu", to_hex(at::detail::getDefaultCPUGenerator().get_state())}};
   if (model_->placement.device.is_cuda())
     c.rank_state["rng_device"] = to_hex(device_generator(model_->placement.device).get_state());
@@ -175,14 +178,18 @@ void Trainer::resume(const std::string& path) {
   GLINT_USAGE_CHECK(opt_.stop_after == 0 || step_ < opt_.stop_after || step_ == opt_.steps, ckpt.dir,
                     " is at step ", step_, ": --stop-after ", opt_.stop_after,
                     " is not after it (a later step, or none, continues it)");
-  if (optimizer_) optimizer_->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
   std::vector<std::string> notes;
-  if (data_->sampler) notes.push_back(restore_sampler(*data_->sampler, st.value("sampler", nlohmann::json()), samples_.size(), "data"));
-  for (auto& t : tenants_) {
-    const nlohmann::json& ts = st.at("tenants").at(t->spec.adapter.name);
-    t->step = ts.at("step").get<int64_t>();
-    t->optimizer->set_steps_taken(ts.at("optimizer_steps").get<int64_t>());
-    notes.push_back(restore_sampler(*t->sampler, ts.at("sampler"), t->samples.size(), "tenant " + t->spec.adapter.name));
+  for (const auto& l : learners()) {
+    if (!bank_) {
+      l->step = step_;
+      l->optimizer->set_steps_taken(st.at("optimizer_steps").get<int64_t>());
+      notes.push_back(restore_sampler(*l->sampler, st.value("sampler", nlohmann::json()), l->samples.size(), "data"));
+    } else {
+      const nlohmann::json& ts = st.at("tenants").at(l->name);
+      l->step = ts.at("step").get<int64_t>();
+      l->optimizer->set_steps_taken(ts.at("optimizer_steps").get<int64_t>());
+      notes.push_back(restore_sampler(*l->sampler, ts.at("sampler"), l->samples.size(), "tenant " + l->name));
+    }
   }
   nlohmann::json mine = checkpoint_rank_state(ckpt, comm_->rank());
   if (!mine.is_null()) {

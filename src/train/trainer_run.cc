@@ -26,6 +26,7 @@ void Trainer::run() {
   GLINT_CHECK(!opt_.output.empty(), "the run has no output directory (TrainOptions::output)");
   StopSignals stop_signals;
   const bool resumed = start_step_ > 0;
+  const Learner* own = bank_ ? nullptr : learners().front().get();  // the run's own adapter or parameters
   std::vector<std::string> notes;  // printed after the setup report
   std::unique_ptr<MetricsWriter> metrics;
   // A resumed run appends, after dropping the records of steps its checkpoint lacks.
@@ -46,9 +47,9 @@ void Trainer::run() {
   // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
   std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
   if (lead)
-    for (const auto& t : tenants_) {
-      make_dirs(opt_.output + "/" + t->spec.adapter.name);
-      tenant_metrics[t->spec.adapter.name] = open_metrics(opt_.output + "/" + t->spec.adapter.name + "/metrics.jsonl", t->step);
+    for (const auto& t : tenant_learners()) {
+      make_dirs(opt_.output + "/" + t->name);
+      tenant_metrics[t->name] = open_metrics(opt_.output + "/" + t->name + "/metrics.jsonl", t->step);
     }
   // OUT/report.html, refreshed with every readable line (glint plot draws the same). A
   // failure to draw it is reported once and never stops the training.
@@ -80,7 +81,7 @@ void Trainer::run() {
       "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
   const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
   // Sharded layers and experts make every forward collective: then all ranks evaluate.
-  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm_);
+  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm());
   char buf[512];
   double first_acc = -1, last_acc = -1;
   if (evaluates && !resumed) {
@@ -118,18 +119,20 @@ void Trainer::run() {
     if (evaluates && eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
     double eval_loss = -1;
     int64_t eval_tokens = 0;
-    if (eval_now && !eval_samples_.empty()) eval_loss = evaluate_loss(eval_samples_, opt_.batch_size, -1, &eval_tokens);
+    if (eval_now && own && !own->eval_samples.empty())
+      eval_loss = evaluate_loss(own->eval_samples, opt_.batch_size, -1, &eval_tokens);
     std::map<std::string, double> tenant_eval;
-    for (const auto& t : tenants_)
+    for (const auto& t : tenant_learners())
       if (eval_now && !t->eval_samples.empty())
-        tenant_eval[t->spec.adapter.name] = evaluate_loss(t->eval_samples, t->spec.batch_size, t->slot, nullptr);
+        tenant_eval[t->name] = evaluate_loss(t->eval_samples, t->batch_size, t->slot, nullptr);
     // A stop signal reaches the ranks at different moments: they agree on it here.
     at::Tensor stop = at::tensor({double(StopSignals::received())}, at::kDouble);
     if (comm_->size() > 1) comm_->all_reduce_sum(stop);
     const bool signalled = stop.item<double>() != 0;
     const bool stopping = signalled || (opt_.stop_after > 0 && s == opt_.stop_after && s < opt_.steps);
     if (lead) {
-      const double epoch = samples_.empty() ? 0 : double(s) * double(opt_.batch_size) / double(samples_.size());
+      const double epoch =
+          !own || own->samples.empty() ? 0 : double(s) * double(opt_.batch_size) / double(own->samples.size());
       nlohmann::json rec = {{"step", s},
                             {"loss", st.loss},
                             {"tokens", st.tokens},
@@ -170,9 +173,8 @@ void Trainer::run() {
       }
       metrics->write(rec);
       std::map<std::string, double> tenant_epoch;
-      for (const auto& t : tenants_)
-        tenant_epoch[t->spec.adapter.name] =
-            double(t->step) * double(t->spec.batch_size) / double(std::max<size_t>(1, t->samples.size()));
+      for (const auto& t : tenant_learners())
+        tenant_epoch[t->name] = double(t->step) * double(t->batch_size) / double(std::max<size_t>(1, t->samples.size()));
       for (const auto& t : st.tenants) {
         nlohmann::json trec = {{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
                                {"lr", t.lr}, {"label_tokens", t.label_tokens},
@@ -241,6 +243,17 @@ void Trainer::run() {
                   100 * last_acc);
   say(buf);
   save();
+}
+
+}  // namespace glint
+
+namespace glint {
+
+std::vector<Learner*> Trainer::tenant_learners() const {
+  std::vector<Learner*> out;
+  if (bank_)
+    for (const auto& l : learners()) out.push_back(l.get());
+  return out;
 }
 
 }  // namespace glint

@@ -10,6 +10,7 @@
 #include "lora/peft_io.h"
 #include "model/weights.h"
 #include "parallel/fsdp.h"
+#include "parallel/parallelize.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
 
@@ -22,13 +23,14 @@ void Trainer::save_full_model() {
   if (fsdp_)
     for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
   std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
-  if (ep_comm_ && mesh_->coordinate("ep_fsdp") == 0) {
+  Comm* ep = ep_comm();
+  if (ep && layout_->mesh->coordinate("ep_fsdp") == 0) {
     at::NoGradGuard no_grad;
     for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l) {
       DecoderLayer layer = model_->layer(l);
       if (!layer->moe) continue;
       ExpertsImpl& ex = *layer->moe->experts;
-      at::Tensor gu = ep_comm_->gather(ex.gate_up_proj.detach(), 0), dn = ep_comm_->gather(ex.down_proj.detach(), 0);
+      at::Tensor gu = ep->gather(ex.gate_up_proj.detach(), 0), dn = ep->gather(ex.down_proj.detach(), 0);
       if (!lead) continue;
       local.push_back({&ex, {ex.gate_up_proj.detach().clone(), ex.down_proj.detach().clone()}});
       ex.gate_up_proj.set_(gu);
@@ -47,7 +49,7 @@ void Trainer::save_full_model() {
     for (auto& [ex, w] : local) {
       ex->gate_up_proj.set_(w.first);
       ex->down_proj.set_(w.second);
-      ex->first_expert = ep_comm_->rank() * w.first.size(0);
+      ex->first_expert = ep->rank() * w.first.size(0);
     }
   }
   if (fsdp_)
@@ -87,14 +89,15 @@ std::string Trainer::base_model_name() const {
 
 void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model) {
   const std::string base = !base_model.empty() ? base_model : base_model_name();
-  if (!ep_comm_) {
+  Comm* ep = ep_comm();
+  if (!ep) {
     if (comm_->rank() == 0) save_adapter(dir, lora, base);
     return;
   }
   // Expert adapters hold this EP rank's experts: the ranks of rank 0's EP group gather
   // them to rank 0 (a gather: no other rank holds more than its own), which writes the
   // adapter exactly as a 1-rank run would.
-  if (mesh_->coordinate("ep_fsdp") != 0) return;
+  if (layout_->mesh->coordinate("ep_fsdp") != 0) return;
   LoraModel whole;
   whole.options = lora.options;
   for (const LoraSite& site : lora.sites) {
@@ -102,7 +105,7 @@ void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::stri
       whole.sites.push_back(site);
       continue;
     }
-    at::Tensor A = ep_comm_->gather(site.experts->A.detach(), 0), B = ep_comm_->gather(site.experts->B.detach(), 0);
+    at::Tensor A = ep->gather(site.experts->A.detach(), 0), B = ep->gather(site.experts->B.detach(), 0);
     LoraSite s = site;
     s.experts = std::make_shared<LoraExperts>(A, B, site.experts->scale);
     whole.sites.push_back(s);

@@ -127,14 +127,13 @@ void Trainer::plan_memory() {
   const int W = comm_->size();
   MemoryInputs in;
   in.weight_bytes = local_weight_bytes();
-  for (const auto& p : trainable_) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+  for (const auto& p : trainable_parameters()) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
   auto data_bytes = [](const std::vector<Sample>& set) {
     int64_t n = 0;
     for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
     return n;
   };
-  in.data_bytes = data_bytes(samples_);
-  for (const auto& t : tenants_) in.data_bytes += data_bytes(t->samples);
+  for (const auto& l : learners()) in.data_bytes += data_bytes(l->samples);
   in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
   in.seq_len = data_->collate.seq_len;
   in.ep = opt_.ep;
@@ -144,11 +143,8 @@ void Trainer::plan_memory() {
   in.fsdp = opt_.fsdp;
   in.full = opt_.full;
   // Rows of one step on this rank: its share of the batch (of every tenant's batch).
-  int64_t rows = opt_.batch_size / W;
-  if (!tenants_.empty()) {
-    rows = 0;
-    for (const auto& t : tenants_) rows += t->spec.batch_size / W;
-  }
+  int64_t rows = 0;
+  for (const auto& l : learners()) rows += l->batch_size / W;
   const bool chosen_by_user = opt_.micro_batch_size > 0;
   double budget = opt_.memory_budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
                                              : parse_memory_size(opt_.memory_budget, "--memory-budget");
