@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/weights.h"
 
 namespace glint {

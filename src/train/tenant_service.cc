@@ -17,9 +17,9 @@
 #include "generate/generate.h"
 #include "io/sharded_state.h"
 #include "lora/peft_io.h"
-#include "parallel/checkpoint.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/fsdp.h"
-#include "train/checkpoint.h"
+#include "train/run_checkpoint.h"
 #include "train/trainer.h"
 
 namespace glint {
