@@ -20,11 +20,11 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
-#include "model/adaptable.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "dist/comm.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
+#include "model/flops.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -51,26 +51,6 @@ ModelConfig bench_model_config() {
   c.max_position_embeddings = 4096;
   c.validate("bench model");
   return c;
-}
-
-// Multiply-add FLOPs of one forward pass over B rows of S tokens (matmuls only: the
-// elementwise work is small next to them): every linear and expert tensor the model's
-// walk visits (experts once per routed copy), the routers, each attention module's
-// score and value products over the full S x S, and the output head.
-double forward_flops(CausalLMImpl& model, int64_t B, int64_t S) {
-  const ModelConfig& c = model.config;
-  double per_token = 0;
-  for_each_adaptable(model, [&](const Adaptable& a) {
-    double macs = double(a.in_features()) * double(a.out_features());
-    per_token += a.experts ? macs * double(c.num_experts_per_tok) : macs;
-  });
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    DecoderLayer layer = model.layer(l);
-    per_token += layer->self_attn->score_macs_per_token(S);
-    if (layer->moe) per_token += double(layer->moe->gate->weight.numel());
-  }
-  per_token += double(c.hidden_size) * double(c.vocab_size);  // lm_head
-  return 2.0 * double(B) * double(S) * per_token;
 }
 
 double lora_flops_per_token(const LoraModel& lora, const ModelConfig& c) {

@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint::cli {
 

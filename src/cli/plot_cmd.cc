@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "train/report.h"
+#include "report/report.h"
 
 namespace glint::cli {
 

@@ -17,13 +17,13 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/stop_signal.h"
-#include "data/tokenizer.h"
 #include "dist/comm.h"
 #include "dist/world.h"
 #include "model/family.h"
 #include "serve/executor.h"
 #include "serve/http_server.h"
 #include "serve/service.h"
+#include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
 namespace glint::cli {

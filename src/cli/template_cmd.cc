@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/chat_template.h"
+#include "template/chat_template.h"
 
 namespace glint::cli {
 

@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint::cli {
 

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
-#include "train/checkpoint.h"
+#include "train/run_checkpoint.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
 

@@ -48,10 +48,10 @@
 #include <string>
 #include <vector>
 
-#include "data/chat_template.h"
 #include "data/lengths.h"
 #include "data/sample.h"
-#include "data/tokenizer.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint {
 

@@ -162,8 +162,11 @@ std::pair<c10::intrusive_ptr<c10d::Store>, int> subgroup_store(const c10::intrus
 }
 
 // Gloo in libtorch 1.13 lacks _allgather_base, reduce_scatter, list all-to-all, AVG and
-// 16-bit floats; each is built from what it has (see DESIGN.md §1), which every later
-// Gloo has too, so one implementation serves all builds.
+// 16-bit floats (measured); each is built from what it has, which every later Gloo has
+// too, so one implementation serves all builds: all-gather into dim-0 chunks of one flat
+// buffer, all-to-all as alltoall_base with split sizes, reduce-scatter as an alltoall_base
+// of equal chunks and a local sum (the bytes of a real one), 16-bit floats summed in
+// float32 or moved as raw bytes (gloo_carries). Comm sums only: callers divide.
 class GlooComm : public Comm {
  public:
   GlooComm(const World& w) : rank_(w.rank), size_(w.world_size), host_(w.master_addr) {

@@ -21,7 +21,6 @@ class DeviceMesh {
   Comm& world() { return *world_; }
   Comm& axis(const std::string& name);               // this rank's group along `name`
   std::shared_ptr<Comm> axis_comm(const std::string& name);  // the same, shared
-  std::shared_ptr<Comm> world_comm() { return world_; }
   int size(const std::string& name) const;           // ranks along `name`
   int coordinate(const std::string& name) const;     // this rank's index along `name`
   // The world ranks of this rank's group along `name`, ascending.

@@ -18,7 +18,7 @@
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
-#include "train/checkpoint.h"
+#include "train/run_checkpoint.h"
 #include "train/run_dir.h"
 
 namespace glint {

@@ -16,11 +16,11 @@
 #include "core/error.h"
 #include "core/staged_dir.h"
 #include "core/fs.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
-#include "train/checkpoint.h"
+#include "train/run_checkpoint.h"
 #include "train/run_dir.h"
 
 namespace glint {

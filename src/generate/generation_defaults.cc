@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/chat_template.h"
-#include "data/tokenizer.h"
 #include "model/config.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint {
 

@@ -11,7 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/quantized.h"
 
 namespace glint {

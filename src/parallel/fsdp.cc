@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/weights.h"
 
 namespace glint {
@@ -114,7 +114,6 @@ FsdpRunner::FsdpRunner(CausalLMImpl& model, std::shared_ptr<Comm> comm, bool tra
       spans_.push_back(std::move(spans));
       part.shard = shards_.size();
       shards_.push_back(shard.requires_grad_(trainable_base_));
-      shard_is_expert_.push_back(expert_comm && part.comm == expert_comm);
       for (auto& p : part.params) {
         p.set_(empty_like_storage(p));  // the full copy is gone
         u->all_params.push_back(p);

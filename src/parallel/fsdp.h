@@ -80,8 +80,6 @@ class FsdpRunner : public RecomputeRunner {
   // This rank's shards, unit by unit (layers, then the root), each unit's parts in
   // order: [N / W]. Require grad when the base trains.
   const std::vector<at::Tensor>& shards() const { return shards_; }
-  // Whether shards()[i] holds expert parameters (reduced over the expert group).
-  bool is_expert_shard(size_t i) const { return shard_is_expert_.at(i); }
   // Where shards()[i]'s elements lie in the model's parameters: one span per parameter it
   // overlaps, padding left out. full_shape and full_offset place the span in the whole
   // tensor of that name (every expert), so a checkpoint written on one mesh reads on another.
@@ -118,7 +116,6 @@ class FsdpRunner : public RecomputeRunner {
   bool trainable_base_, overlap_;
   std::vector<std::shared_ptr<Unit>> units_;
   std::vector<at::Tensor> shards_;
-  std::vector<bool> shard_is_expert_;
   std::vector<std::vector<ShardSpan>> spans_;  // per shard
   std::vector<std::vector<at::Tensor>> adapters_;
 };

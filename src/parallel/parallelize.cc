@@ -9,10 +9,10 @@
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "dist/world.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
-#include "parallel/checkpoint.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fsdp.h"
 

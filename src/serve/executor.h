@@ -5,7 +5,7 @@
 //   add           {tenant, lora:{r, alpha, rslora?, target_modules, target_parameters}, seed,
 //                 trainable, adapter_dir?}: a fresh adapter, or a saved PEFT adapter's
 //   remove        {tenant}
-//   load_state    {tenant, dir, optimizer}: a saved tenant state (train/checkpoint.h form)
+//   load_state    {tenant, dir, optimizer}: a saved tenant state (train/run_checkpoint.h form)
 //   page_out      {tenant, dir}: its whole state (optimizer and accumulated gradients) into
 //                 dir, then its slot freed (kept when the save fails)
 //   page_in       {tenant, lora, seed, dir}: a tenant back from page_out's dir, exactly

@@ -1,7 +1,7 @@
 // The service's training runs and checkpoints on disk, under --state-dir:
 //
 //   runs/<model_id>/run.json                 owner, base model, LoRA settings, seed
-//   runs/<model_id>/weights/<name>/          a tenant state (train/checkpoint.h form)
+//   runs/<model_id>/weights/<name>/          a tenant state (train/run_checkpoint.h form)
 //   runs/<model_id>/sampler_weights/<name>/  a PEFT adapter
 //   runs/<model_id>/ephemeral/<n>/           adapters saved only to sample from (unlisted)
 //   runs/<model_id>/paged/<name>/            a model's whole state while it holds no slot

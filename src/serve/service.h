@@ -88,9 +88,6 @@ class Service {
   void complete(const nlohmann::json& results);
   void stop();
 
-  // Slots the executor's tenant bank needs: trained models and sampler adapters.
-  int64_t bank_slots() const { return opt_.max_tenants + opt_.sampler_slots; }
-
  private:
   struct Pending;
   struct Model;

@@ -55,7 +55,6 @@ class Progress {
   void finish();
   // Prints a full line, keeping the bar below it.
   void line(const std::string& text);
-  bool interactive() const { return tty_; }
   // Seconds since this Progress was made (this process's part of the run).
   double elapsed_seconds() const;
   // The run's seconds: earlier_seconds + elapsed_seconds().

@@ -25,7 +25,7 @@
 #include "data/text_dataset.h"
 #include "dist/comm.h"
 #include "generate/generate.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"

@@ -190,7 +190,7 @@ class Trainer {
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   // The last step finished (start_step() until the first step of this process ends).
   int64_t current_step() const { return step_; }
-  // Collective: writes OUT/checkpoints/step-<current step>/ (train/checkpoint.h).
+  // Collective: writes OUT/checkpoints/step-<current step>/ (train/run_checkpoint.h).
   void save_checkpoint_now();
   // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
   // eval set; at most opt.eval_batches batches. Collective.

@@ -16,7 +16,7 @@
 #include "lora/peft_io.h"
 #include "model/family.h"
 #include "parallel/fsdp.h"
-#include "train/checkpoint.h"
+#include "train/run_checkpoint.h"
 #include "train/trainer.h"
 
 namespace glint {

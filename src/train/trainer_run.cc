@@ -15,7 +15,7 @@
 #include "dist/comm.h"
 #include "dist/world.h"
 #include "train/metrics.h"
-#include "train/report.h"
+#include "report/report.h"
 #include "train/trainer.h"
 
 namespace glint {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/chat_template.h"
 #include "fuzz/fuzz_util.h"
+#include "template/chat_template.h"
 
 namespace {
 

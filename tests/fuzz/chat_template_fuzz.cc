@@ -12,9 +12,9 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/builtin_templates.h"
-#include "data/chat_template.h"
 #include "fuzz/fuzz_util.h"
+#include "template/builtin_templates.h"
+#include "template/chat_template.h"
 
 namespace {
 

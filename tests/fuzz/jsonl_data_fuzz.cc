@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/chat_template.h"
 #include "data/text_dataset.h"
 #include "data/tokenized_jsonl.h"
-#include "data/tokenizer.h"
 #include "fuzz/fuzz_util.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

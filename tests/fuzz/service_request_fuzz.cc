@@ -14,10 +14,10 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "fuzz/fuzz_util.h"
 #include "model/family.h"
 #include "serve/service.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "fuzz/fuzz_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 const glint::Tokenizer& fixture() {

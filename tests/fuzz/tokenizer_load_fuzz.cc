@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "fuzz/fuzz_util.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path =

@@ -12,16 +12,16 @@
 #include <vector>
 
 #include "core/fs.h"
-#include "data/chat_template.h"
 #include "data/synthetic.h"
-#include "data/tokenizer.h"
 #include "generate/generate.h"
 #include "lora/lora.h"
 #include "lora/peft_io.h"
 #include "model/causal_lm.h"
 #include "model/weights.h"
 #include "model_util.h"
+#include "template/chat_template.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "core/fs.h"
 #include "core/error.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 

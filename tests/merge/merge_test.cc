@@ -14,7 +14,7 @@
 
 #include "core/fs.h"
 #include "export/merge.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/raw_safetensors.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"

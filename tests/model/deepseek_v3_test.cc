@@ -9,7 +9,7 @@
 #include <fstream>
 #include <map>
 
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/raw_safetensors.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"

@@ -15,7 +15,7 @@
 #include <regex>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "io/raw_safetensors.h"
 #include "lora/lora.h"
 #include "model/causal_lm.h"

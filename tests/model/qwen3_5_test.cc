@@ -8,7 +8,7 @@
 #include <fstream>
 #include <map>
 
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/causal_lm.h"
 #include "model/qwen3_5/attention.h"
 #include "model/qwen3_5/family.h"

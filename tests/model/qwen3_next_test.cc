@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/causal_lm.h"
 #include "model/qwen3_5/attention.h"
 #include "model/qwen3_next/family.h"

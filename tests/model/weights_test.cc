@@ -14,7 +14,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
+#include "io/model_files.h"
 #include "model/weights.h"
 
 #include "model_util.h"

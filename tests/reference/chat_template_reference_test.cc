@@ -22,8 +22,8 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/chat_template.h"
 #include "reference/splitmix.h"
+#include "template/chat_template.h"
 #include "test_util.h"
 
 namespace {

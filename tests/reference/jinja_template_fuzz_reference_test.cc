@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/jinja.h"
 #include "reference/splitmix.h"
+#include "template/jinja.h"
 #include "test_util.h"
 
 namespace {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "data/unicode_text.h"
 #include "reference/splitmix.h"
+#include "tokenizer/unicode_text.h"
 
 namespace glint::testing {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "reference/tokenizer_corpus.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace glint {
 namespace {

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <set>
 
-#include "data/tokenizer.h"
 #include "serve/proto_util.h"
 #include "serve/serve_util.h"
 #include "serve/service.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
