@@ -17,16 +17,10 @@
 #include "generate/generate.h"
 #include "io/sharded_state.h"
 #include "lora/peft_io.h"
-<<<<<<< HEAD
 #include "model/causal_lm.h"
 #include "parallel/fsdp.h"
 #include "parallel/parallelize.h"
 #include "train/run_checkpoint.h"
-=======
-#include "parallel/activation_checkpoint.h"
-#include "parallel/fsdp.h"
-#include "train/run_checkpoint.h"
->>>>>>> folders
 #include "train/trainer.h"
 
 namespace glint {
