@@ -34,6 +34,7 @@
 #include "parallel/parallelize.h"
 #include "train/memory_estimate.h"
 #include "train/metrics.h"
+#include "train/run_loop.h"
 
 namespace glint {
 
@@ -463,6 +464,21 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   for (size_t i = 0; i < held_out.size(); ++i)
     correct += generated[i] == ReverseDigitsTask::answer_of(held_out[i]);
   return double(correct) / double(count);
+}
+
+std::vector<Learner*> Trainer::tenant_learners() const {
+  std::vector<Learner*> out;
+  if (bank_)
+    for (const auto& l : learners()) out.push_back(l.get());
+  return out;
+}
+
+bool Trainer::forwards_are_collective() const { return fsdp_ || ep_comm(); }
+
+void Trainer::run() {
+  RunLoop loop(*this);
+  loop.run();
+  stopped_ = loop.stopped();
 }
 
 }  // namespace glint

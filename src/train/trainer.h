@@ -1,5 +1,7 @@
-// The training loop: data -> micro-batches -> loss over label tokens of the whole step
-// -> backward -> clip -> AdamW -> metrics; adapter or model saved at the end.
+// A training job: the model laid over the ranks (parallel/parallelize.h), its learners in
+// the step core (train/step_engine.h), the data each learner draws from, its evaluations,
+// run checkpoints and outputs. The run loop (train/run_loop.h) drives it step by step;
+// glint serve drives it call by call (service mode).
 #pragma once
 
 #include <cstdint>
@@ -123,7 +125,6 @@ struct TrainOptions {
   void validate() const;  // throws glint::Error naming the flag
 };
 
-// What one optimizer step did.
 // One sequence of a service forward: a tenant's tokens and the targets each position
 // predicts (Tinker's Datum after the client's shift).
 struct ServiceRow {
@@ -147,6 +148,7 @@ struct ServiceStep {
   double max_grad_norm = 0;  // 0: no clipping
 };
 
+// What one optimizer step did.
 struct StepStats {
   double loss = 0;         // mean label-token cross-entropy (before the update)
   double aux_loss = -1;    // load-balancing loss (mean over micro-batches); < 0 if unused
@@ -181,13 +183,14 @@ class Trainer {
   explicit Trainer(TrainOptions options, std::shared_ptr<Comm> comm = nullptr);
   ~Trainer();
 
-  // Runs options.steps steps, writing OUT/metrics.jsonl, OUT/config.toml is the CLI's.
-  // SIGTERM or SIGINT during run(): every rank finishes the step, a checkpoint is saved
-  // and run() returns with stopped() true; a second signal exits the process at once.
+  // Runs the remaining steps in a RunLoop (train/run_loop.h): OUT/metrics.jsonl, the
+  // report, evaluations, checkpoints, the graceful stop; OUT/config.toml is the CLI's.
   void run();
   // Whether run() ended early on a signal (its checkpoint: last_checkpoint()).
   bool stopped() const { return stopped_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // The step the run starts after: 0, or the resumed checkpoint's.
+  int64_t start_step() const { return start_step_; }
   // The last step finished (start_step() until the first step of this process ends).
   int64_t current_step() const { return step_; }
   // Collective: writes OUT/checkpoints/step-<current step>/ (train/run_checkpoint.h).
@@ -195,6 +198,22 @@ class Trainer {
   // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
   // eval set; at most opt.eval_batches batches. Collective.
   double evaluate_loss(const std::vector<Sample>& samples, int64_t batch_size, int64_t slot, int64_t* label_tokens);
+  // What rank 0 reports before step 1: the data, the sequence length and what it cut,
+  // epochs, the mesh, the memory estimate. One line each.
+  const std::vector<std::string>& setup_report() const { return report_; }
+  // Whether the data is the built-in task (then exact-match evaluations are possible).
+  bool builtin_task() const { return builtin_task_; }
+  // Whether every forward is collective (sharded layers or experts): then every rank
+  // takes part in evaluations.
+  bool forwards_are_collective() const;
+  // The learners of a training run: the run's own adapter (or parameters), or its tenants.
+  const std::vector<std::unique_ptr<Learner>>& learners() const { return engine_->learners(); }
+  // A tenant run's learners (none in a run of one adapter).
+  std::vector<Learner*> tenant_learners() const;
+  // Collective: writes the run's outputs (the adapter, each tenant's, or the model).
+  void save_outputs();
+  // Rank 0 writes OUT/base-model when the base is the built-in random model (once).
+  void save_random_base();
   // Sequences per micro-batch on this rank (chosen from the memory budget when
   // --micro-batch-size is 0) and the sequence length in use.
   int64_t micro_batch_size() const { return micro_batch_size_; }
@@ -281,18 +300,11 @@ class Trainer {
   void setup_tenants(std::vector<std::vector<Sample>> data, std::vector<std::vector<Sample>> eval);
   // base_model: adapter_config.json's base_model_name_or_path ("" = the run's model).
   void save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model = "");
-  // Rank 0 writes OUT/base-model when the base is the built-in random model (once).
-  void save_random_base();
   // The adapter's base_model_name_or_path: --model, "glint/random-<type>" for a config
   // without weights, or OUT/base-model for the built-in task's random base.
   std::string base_model_name() const;
   Learner& service_tenant(const std::string& name) const;  // throws when absent
-  // The learners of a training run: the run's own adapter (or parameters), or its tenants.
-  const std::vector<std::unique_ptr<Learner>>& learners() const { return engine_->learners(); }
-  // A tenant run's learners (none in a run of one adapter).
-  std::vector<Learner*> tenant_learners() const;
   std::unique_ptr<TenantBank> bank_;
-  void save();
   void save_full_model();
   // The pieces of a learner's tensors `params` (its own, or like-shaped ones to read into)
   // and their state (src/train/trainer_checkpoint.cc), logical names prefixed with

@@ -56,7 +56,7 @@ void Trainer::save_full_model() {
     for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
 }
 
-void Trainer::save() {
+void Trainer::save_outputs() {
   if (opt_.full) return save_full_model();
   if (bank_) {
     for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)

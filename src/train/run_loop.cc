@@ -1,5 +1,4 @@
-// The training loop: steps, the readable lines and metrics.jsonl records, evaluations,
-// checkpoints, and the graceful stop on SIGTERM / SIGINT.
+// The run loop of a training job (train/run_loop.h).
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -16,17 +15,24 @@
 #include "dist/world.h"
 #include "train/metrics.h"
 #include "report/report.h"
+#include "train/run_loop.h"
 #include "train/trainer.h"
 
 namespace glint {
 
-void Trainer::run() {
+RunLoop::RunLoop(Trainer& job) : job_(job) {}
+
+void RunLoop::run() {
+  const TrainOptions& opt = job_.options();
+  Comm& comm = job_.comm();
+  const int64_t start_step = job_.start_step();
+  const bool tenant_run = !job_.tenant_learners().empty();
   // Rank 0 reports and writes; the other ranks train silently beside it.
-  const bool lead = comm_->rank() == 0;
-  GLINT_CHECK(!opt_.output.empty(), "the run has no output directory (TrainOptions::output)");
+  const bool lead = comm.rank() == 0;
+  GLINT_CHECK(!opt.output.empty(), "the run has no output directory (TrainOptions::output)");
   StopSignals stop_signals;
-  const bool resumed = start_step_ > 0;
-  const Learner* own = bank_ ? nullptr : learners().front().get();  // the run's own adapter or parameters
+  const bool resumed = start_step > 0;
+  const Learner* own = tenant_run ? nullptr : job_.learners().front().get();  // the run's own adapter or parameters
   std::vector<std::string> notes;  // printed after the setup report
   std::unique_ptr<MetricsWriter> metrics;
   // A resumed run appends, after dropping the records of steps its checkpoint lacks.
@@ -40,25 +46,25 @@ void Trainer::run() {
     return std::make_unique<MetricsWriter>(path, resumed);
   };
   if (lead) {
-    make_dirs(opt_.output);
-    metrics = open_metrics(opt_.output + "/metrics.jsonl", start_step_);
+    make_dirs(opt.output);
+    metrics = open_metrics(opt.output + "/metrics.jsonl", start_step);
   }
-  save_random_base();
+  job_.save_random_base();
   // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
   std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
   if (lead)
-    for (const auto& t : tenant_learners()) {
-      make_dirs(opt_.output + "/" + t->name);
-      tenant_metrics[t->name] = open_metrics(opt_.output + "/" + t->name + "/metrics.jsonl", t->step);
+    for (const auto& t : job_.tenant_learners()) {
+      make_dirs(opt.output + "/" + t->name);
+      tenant_metrics[t->name] = open_metrics(opt.output + "/" + t->name + "/metrics.jsonl", t->step);
     }
   // OUT/report.html, refreshed with every readable line (glint plot draws the same). A
   // failure to draw it is reported once and never stops the training.
   std::unique_ptr<ReportWriter> report;
   std::string report_error;
-  if (lead) report = std::make_unique<ReportWriter>(opt_.output);
+  if (lead) report = std::make_unique<ReportWriter>(opt.output);
   // A resumed run's elapsed time goes on from its last record (at the checkpoint's step).
-  const double earlier_seconds = lead && resumed ? last_record_number(opt_.output + "/metrics.jsonl", "elapsed_s", 0) : 0;
-  Progress progress(lead ? opt_.steps - start_step_ : 0, earlier_seconds);
+  const double earlier_seconds = lead && resumed ? last_record_number(opt.output + "/metrics.jsonl", "elapsed_s", 0) : 0;
+  Progress progress(lead ? opt.steps - start_step : 0, earlier_seconds);
   auto refresh_report = [&] {
     if (!report) return;
     std::string error = report->try_write();
@@ -68,26 +74,26 @@ void Trainer::run() {
   auto say = [&](const std::string& line) {
     if (lead) progress.line(line);
   };
-  for (const std::string& line : report_) say(line);
+  for (const std::string& line : job_.setup_report()) say(line);
   for (const std::string& line : notes) say(line);
-  if (resumed && start_step_ >= opt_.steps) {
-    say("step " + std::to_string(start_step_) + " is the run's last (--steps " + std::to_string(opt_.steps) +
+  if (resumed && start_step >= opt.steps) {
+    say("step " + std::to_string(start_step) + " is the run's last (--steps " + std::to_string(opt.steps) +
         "): nothing is left to train; writing its outputs from the checkpoint");
     if (lead) progress.finish();
-    save();
+    job_.save_outputs();
     return;
   }
   say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
-      "line's step's (every step is in " + opt_.output + "/metrics.jsonl)");
-  const uint64_t eval_seed = opt_.seed + 1000003;  // held-out samples: a different stream
+      "line's step's (every step is in " + opt.output + "/metrics.jsonl)");
+  const uint64_t eval_seed = opt.seed + 1000003;  // held-out samples: a different stream
   // Sharded layers and experts make every forward collective: then all ranks evaluate.
-  const bool evaluates = builtin_task_ && opt_.eval_samples > 0 && (lead || fsdp_ || ep_comm());
+  const bool evaluates = job_.builtin_task() && opt.eval_samples > 0 && (lead || job_.forwards_are_collective());
   char buf[512];
   double first_acc = -1, last_acc = -1;
   if (evaluates && !resumed) {
-    first_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
-    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt_.steps).size()),
-                  0, (long long)opt_.steps, 100 * first_acc);
+    first_acc = job_.evaluate_exact_match(opt.eval_samples, eval_seed);
+    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt.steps).size()),
+                  0, (long long)opt.steps, 100 * first_acc);
     say(buf);
   }
   // Means over the steps since the previous line: the run's, and each tenant's.
@@ -97,13 +103,13 @@ void Trainer::run() {
   } window;
   std::map<std::string, Window> tenant_window;
   double first_loss = 0, last_loss = 0;
-  const int width = int(std::to_string(opt_.steps).size());
+  const int width = int(std::to_string(opt.steps).size());
   auto wall_time = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
-  for (int64_t s = start_step_ + 1; s <= opt_.steps; ++s) {
-    StepStats st = step(next_micro_batches());
-    if (s == start_step_ + 1) first_loss = st.loss;
+  for (int64_t s = start_step + 1; s <= opt.steps; ++s) {
+    StepStats st = job_.step(job_.next_micro_batches());
+    if (s == start_step + 1) first_loss = st.loss;
     last_loss = st.loss;
     window.loss += st.loss;
     window.seconds += st.seconds;
@@ -115,35 +121,35 @@ void Trainer::run() {
       ++w.steps;
     }
     // Collective parts first (every rank): evaluations, the stop request, the checkpoint.
-    const bool eval_now = (opt_.eval_every > 0 && s % opt_.eval_every == 0) || s == opt_.steps;
-    if (evaluates && eval_now) last_acc = evaluate_exact_match(opt_.eval_samples, eval_seed);
+    const bool eval_now = (opt.eval_every > 0 && s % opt.eval_every == 0) || s == opt.steps;
+    if (evaluates && eval_now) last_acc = job_.evaluate_exact_match(opt.eval_samples, eval_seed);
     double eval_loss = -1;
     int64_t eval_tokens = 0;
     if (eval_now && own && !own->eval_samples.empty())
-      eval_loss = evaluate_loss(own->eval_samples, opt_.batch_size, -1, &eval_tokens);
+      eval_loss = job_.evaluate_loss(own->eval_samples, opt.batch_size, -1, &eval_tokens);
     std::map<std::string, double> tenant_eval;
-    for (const auto& t : tenant_learners())
+    for (const auto& t : job_.tenant_learners())
       if (eval_now && !t->eval_samples.empty())
-        tenant_eval[t->name] = evaluate_loss(t->eval_samples, t->batch_size, t->slot, nullptr);
+        tenant_eval[t->name] = job_.evaluate_loss(t->eval_samples, t->batch_size, t->slot, nullptr);
     // A stop signal reaches the ranks at different moments: they agree on it here.
     at::Tensor stop = at::tensor({double(StopSignals::received())}, at::kDouble);
-    if (comm_->size() > 1) comm_->all_reduce_sum(stop);
+    if (comm.size() > 1) comm.all_reduce_sum(stop);
     const bool signalled = stop.item<double>() != 0;
-    const bool stopping = signalled || (opt_.stop_after > 0 && s == opt_.stop_after && s < opt_.steps);
+    const bool stopping = signalled || (opt.stop_after > 0 && s == opt.stop_after && s < opt.steps);
     if (lead) {
       const double epoch =
-          !own || own->samples.empty() ? 0 : double(s) * double(opt_.batch_size) / double(own->samples.size());
+          !own || own->samples.empty() ? 0 : double(s) * double(opt.batch_size) / double(own->samples.size());
       nlohmann::json rec = {{"step", s},
                             {"loss", st.loss},
                             {"tokens", st.tokens},
                             {"label_tokens", st.label_tokens},
                             {"tokens_per_s", st.tokens / st.seconds},
                             {"peak_rss_mb", peak_rss_mb()},
-                            {"weights_mb", double(local_weight_bytes()) / (1 << 20)},
+                            {"weights_mb", double(job_.local_weight_bytes()) / (1 << 20)},
                             {"time", wall_time()},
                             {"elapsed_s", progress.run_seconds()}};
       // A tenant run's gradient norms and learning rates are the tenants' (their records).
-      if (!bank_) {
+      if (!tenant_run) {
         rec["grad_norm"] = st.grad_norm;
         rec["lr"] = st.lr;
         rec["epoch"] = epoch;
@@ -153,7 +159,7 @@ void Trainer::run() {
         rec["idle_experts"] = st.idle_experts;
         rec["expert_load_max"] = st.expert_load_max;
       }
-      if (comm_->size() > 1) rec["ranks"] = comm_->size();
+      if (comm.size() > 1) rec["ranks"] = comm.size();
       if (evaluates && eval_now) rec["exact_match"] = last_acc;
       if (eval_loss >= 0) {
         rec["eval_loss"] = eval_loss;
@@ -164,16 +170,16 @@ void Trainer::run() {
       rec["forward_s"] = st.forward_seconds;
       rec["backward_s"] = st.backward_seconds;
       rec["optimizer_s"] = st.optimizer_seconds;
-      const compat::DeviceMemory gpu = compat::device_memory(model_->placement.device);
+      const compat::DeviceMemory gpu = compat::device_memory(job_.model().placement.device);
       if (gpu.peak_allocated_mb >= 0) {  // on a GPU: the step's peak, and the driver calls so far
         rec["peak_gpu_mb"] = gpu.peak_allocated_mb;
         rec["gpu_device_allocs"] = gpu.device_allocs;
         rec["gpu_device_frees"] = gpu.device_frees;
-        compat::reset_device_memory_peak(model_->placement.device);
+        compat::reset_device_memory_peak(job_.model().placement.device);
       }
       metrics->write(rec);
       std::map<std::string, double> tenant_epoch;
-      for (const auto& t : tenant_learners())
+      for (const auto& t : job_.tenant_learners())
         tenant_epoch[t->name] = double(t->step) * double(t->batch_size) / double(std::max<size_t>(1, t->samples.size()));
       for (const auto& t : st.tenants) {
         nlohmann::json trec = {{"step", t.step}, {"loss", t.loss}, {"grad_norm", t.grad_norm},
@@ -184,16 +190,16 @@ void Trainer::run() {
         tenant_metrics.at(t.name)->write(trec);
       }
       std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
-      progress.update(s - start_step_, buf);
+      progress.update(s - start_step, buf);
       // The first step gets a line at once: a slow step should not leave the screen blank.
-      if (s == start_step_ + 1 || s % opt_.log_every == 0 || s == opt_.steps || eval_now || stopping) {
+      if (s == start_step + 1 || s % opt.log_every == 0 || s == opt.steps || eval_now || stopping) {
         int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld  loss%s %.4f", width, (long long)s,
-                              (long long)opt_.steps, bank_ ? " (all tenants)" : "", window.loss / double(window.steps));
-        if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
+                              (long long)opt.steps, tenant_run ? " (all tenants)" : "", window.loss / double(window.steps));
+        if (!tenant_run) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
         n += std::snprintf(buf + n, sizeof buf - n, "  %.0f tok/s", double(window.tokens) / window.seconds);
-        if (!bank_) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
+        if (!tenant_run) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
         n += std::snprintf(buf + n, sizeof buf - n, "  rss %.0f MB  %s", peak_rss_mb(),
-                           progress.timing(s - start_step_).c_str());
+                           progress.timing(s - start_step).c_str());
         if (evaluates && eval_now)
           n += std::snprintf(buf + n, sizeof buf - n, "  held-out exact match %5.1f%%", 100 * last_acc);
         if (eval_loss >= 0) std::snprintf(buf + n, sizeof buf - n, "  eval_loss %.4f", eval_loss);
@@ -213,9 +219,9 @@ void Trainer::run() {
         refresh_report();
       }
     }
-    if (stopping || (opt_.save_every > 0 && (s % opt_.save_every == 0 || s == opt_.steps))) {
-      save_checkpoint_now();
-      say("checkpoint " + last_checkpoint_);
+    if (stopping || (opt.save_every > 0 && (s % opt.save_every == 0 || s == opt.steps))) {
+      job_.save_checkpoint_now();
+      say("checkpoint " + job_.last_checkpoint());
     }
     if (stopping) {
       stopped_ = true;
@@ -225,35 +231,25 @@ void Trainer::run() {
       say(std::string("stopped by ") +
           (!signalled ? "--stop-after" : sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal to another rank") +
           " after step " + std::to_string(s) + "; to continue: " +
-          launch_command_line(World::from_env().launch_json(), "glint train --resume " + opt_.output));
+          launch_command_line(World::from_env().launch_json(), "glint train --resume " + opt.output));
       return;
     }
   }
   if (!lead) {
-    save();  // collective when layers are sharded
+    job_.save_outputs();  // collective when layers are sharded
     return;
   }
   refresh_report();
   progress.finish();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step %lld -> %.4f at step %lld in %s", first_loss,
-                        (long long)(start_step_ + 1), last_loss, (long long)opt_.steps,
+                        (long long)(start_step + 1), last_loss, (long long)opt.steps,
                         format_duration(progress.elapsed_seconds()).c_str());
   if (first_acc >= 0 && last_acc >= 0)
     std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,
                   100 * last_acc);
   say(buf);
-  save();
+  job_.save_outputs();
 }
 
 }  // namespace glint
 
-namespace glint {
-
-std::vector<Learner*> Trainer::tenant_learners() const {
-  std::vector<Learner*> out;
-  if (bank_)
-    for (const auto& l : learners()) out.push_back(l.get());
-  return out;
-}
-
-}  // namespace glint
