@@ -15,7 +15,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-at::ScalarType compute_type(const at::Tensor& hidden) {
+at::ScalarType loss_compute_type(const at::Tensor& hidden) {
   return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
@@ -34,7 +34,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
                             const at::Tensor& target, int64_t chunk_elements, int64_t tile_tokens,
                             bool early_grad) {
     const int64_t N = hidden.size(0), V = weight.size(0), H = hidden.size(1);
-    const auto compute = compute_type(hidden);
+    const auto compute = loss_compute_type(hidden);
     const int64_t C = std::max<int64_t>(1, std::min(N, tile_tokens));
     const int64_t Vb = std::min(V, std::max<int64_t>(1, chunk_elements / C));
     at::Tensor nll = at::empty({N}, hidden.options().dtype(compute));                            // [N]
@@ -88,7 +88,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     const at::Tensor &hidden = saved[0], &weight = saved[1], &target = saved[2], &lse = saved[3];
     const int64_t C = ctx->saved_data["C"].toInt(), Vb = ctx->saved_data["Vb"].toInt();
     const int64_t N = hidden.size(0), V = weight.size(0);
-    const auto compute = compute_type(hidden);
+    const auto compute = loss_compute_type(hidden);
     at::Tensor g = grad_out[0].to(compute);  // [N]
     const bool want_h = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
     // Accumulated over tiles in the compute type: dL/dlogits = g (softmax - onehot); the
