@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/comm.h"
+#include "model/adaptable.h"
 #include "train/run_checkpoint.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -86,9 +87,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
                   "dropout on the adapters' input during training (linear targets; PEFT cannot load expert "
                   "adapters with dropout)")->capture_default_str();
   cmd->add_option("--lora-targets", *targets,
-                  "comma list of the model family's linear module names (q_proj, ..., see README), "
-                  "experts.gate_up_proj, experts.down_proj; all-linear (every linear), or all (every linear "
-                  "and expert tensor)")->capture_default_str();
+                  "comma list of the model family's linear module names (q_proj, ..., see README), " +
+                      expert_target("gate_up_proj") + ", " + expert_target("down_proj") +
+                      "; all-linear (every linear), or all (every linear and expert tensor)")
+      ->capture_default_str();
   cmd->add_option_function<std::string>(
       "--lora-exclude",
       [o](const std::string& list) { LoraOptions::parse_excludes(list, "--lora-exclude", &o->lora); },

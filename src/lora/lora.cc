@@ -77,8 +77,8 @@ void LoraOptions::parse_targets(const std::string& list, const std::string& what
       if (item == "all")
         for (const auto& p : kExpertParameters)
           if (!contains(out->target_parameters, p)) out->target_parameters.push_back(p);
-    } else if (item.rfind("experts.", 0) == 0 && contains(kExpertParameters, item.substr(8))) {
-      if (!contains(out->target_parameters, item.substr(8))) out->target_parameters.push_back(item.substr(8));
+    } else if (const std::string p = expert_target_parameter(item); contains(kExpertParameters, p)) {
+      if (!contains(out->target_parameters, p)) out->target_parameters.push_back(p);
     } else if (contains(known, item)) {
       if (!contains(out->target_modules, item)) out->target_modules.push_back(item);
     } else {
@@ -93,7 +93,7 @@ void LoraOptions::parse_excludes(const std::string& list, const std::string& wha
   out->exclude_modules.clear();
   const std::vector<std::string> known = known_targets();
   for (const std::string& item : split_list(list)) {
-    GLINT_USAGE_CHECK(contains(known, item) && item.rfind("experts.", 0) != 0, what, ": unknown module '", item,
+    GLINT_USAGE_CHECK(contains(known, item) && expert_target_parameter(item).empty(), what, ": unknown module '", item,
                       "' to leave out (expected one of the linear targets: ", joined(known), ")");
     if (!contains(out->exclude_modules, item)) out->exclude_modules.push_back(item);
   }
@@ -102,7 +102,7 @@ void LoraOptions::parse_excludes(const std::string& list, const std::string& wha
 std::string LoraOptions::targets_string() const {
   std::string s;
   for (const auto& t : target_modules) s += (s.empty() ? "" : ",") + t;
-  for (const auto& t : target_parameters) s += (s.empty() ? "" : ",") + ("experts." + t);
+  for (const auto& t : target_parameters) s += (s.empty() ? "" : ",") + expert_target(t);
   return s;
 }
 
@@ -212,13 +212,14 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
   };
   LoraModel lm;
   lm.options = options;
+  lm.family = model.family;
   const bool all_linear = contains(options.target_modules, kAllLinear);
   std::vector<bool> module_used(options.target_modules.size(), false);
   std::vector<bool> param_used(options.target_parameters.size(), false);
   std::vector<std::string> linear_names;  // matched linear names, in model order
   std::vector<std::string> present;       // every adaptable name of this model, in model order
   for_each_adaptable(model, [&](const Adaptable& a) {
-    const std::string name = a.linear ? a.module_name : "experts." + a.parameter;
+    const std::string name = a.target();
     if (!contains(present, name)) present.push_back(name);
     if (a.linear) {
       bool wanted = all_linear;
@@ -243,7 +244,7 @@ LoraModel build_lora(CausalLMImpl& model, const LoraOptions& options, uint64_t s
     param_used[it - options.target_parameters.begin()] = true;
     GLINT_USAGE_CHECK(options.dropout == 0, "LoRA dropout ", options.dropout, " with the expert target ", a.parameter,
                       ": PEFT's target_parameters LoRA (ParamWrapper) refuses adapters with lora_dropout != 0, so "
-                      "the adapter could not be loaded; leave experts.* out of the targets, or use --lora-dropout 0");
+                      "the adapter could not be loaded; leave the expert targets out, or use --lora-dropout 0");
     const ExpertsImpl& ex = *a.experts;
     const int64_t E = ex.num_local(), in = a.in_features(), out = a.out_features();
     // A is drawn for all experts and sliced to the local ones (expert parallelism), so

@@ -17,6 +17,7 @@
 namespace glint {
 
 class CausalLMImpl;
+class ModelFamily;
 
 struct LoraOptions {
   int64_t r = 16;                 // rank
@@ -91,6 +92,9 @@ class LoraModel {
  public:
   LoraOptions options;
   std::vector<LoraSite> sites;  // in model order
+  // The adapted model's family: the adapter's expert keys are its names
+  // (ModelFamily::expert_keys, lora/peft_io.h). Set by apply_lora and make_lora.
+  const ModelFamily* family = nullptr;
 
   // Trainable tensors, A then B per site: name "<module_path>[.<parameter>].lora_{A,B}".
   std::vector<std::pair<std::string, at::Tensor>> named_parameters();

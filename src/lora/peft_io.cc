@@ -38,35 +38,51 @@ at::Tensor expert_B_from_peft(const at::Tensor& B, int64_t E) {
   return B.reshape({B.size(0), B.size(1) / E, E}).permute({2, 0, 1}).contiguous();
 }
 
-std::string peft_key(const LoraSite& site, bool is_A,
-                     const std::vector<std::string>& expert_targets) {
-  std::string path = kPrefix + site.module_path;
-  if (!site.parameter.empty()) {
-    bool both = std::count(expert_targets.begin(), expert_targets.end(), "gate_up_proj") &&
-                std::count(expert_targets.begin(), expert_targets.end(), "down_proj");
-    if (both && site.parameter == "gate_up_proj") path += ".base_layer";
-  }
+namespace {
+
+// The packed tensor a LoRA expert site corrects.
+PackedExpert site_packed_expert(const LoraSite& site) {
+  GLINT_ASSERT(site.parameter == "gate_up_proj" || site.parameter == "down_proj", site.module_path,
+               ": not a packed expert parameter: '", site.parameter, "'");
+  return site.parameter == "gate_up_proj" ? PackedExpert::kGateUp : PackedExpert::kDown;
+}
+
+const ModelFamily& adapter_family(const LoraModel& lora) {
+  GLINT_ASSERT(lora.family, "a LoRA model without its model's family (apply_lora and make_lora set it)");
+  return *lora.family;
+}
+
+}  // namespace
+
+std::string peft_key(const LoraModel& lora, const LoraSite& site, bool is_A) {
+  if (site.parameter.empty()) return kPrefix + site.module_path + (is_A ? ".lora_A.weight" : ".lora_B.weight");
+  std::string path = kPrefix + adapter_family(lora).expert_keys().peft_module(site.layer);
+  const auto& targets = lora.options.target_parameters;
+  bool both = std::count(targets.begin(), targets.end(), "gate_up_proj") &&
+              std::count(targets.begin(), targets.end(), "down_proj");
+  if (both && site_packed_expert(site) == PackedExpert::kGateUp) path += ".base_layer";
   return path + (is_A ? ".lora_A.weight" : ".lora_B.weight");
 }
 
 std::vector<std::pair<std::string, at::Tensor>> peft_state_dict(LoraModel& lora) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  const auto& targets = lora.options.target_parameters;
   for (auto& s : lora.sites) {
     at::Tensor A = s.A().detach().to(at::kCPU), B = s.B().detach().to(at::kCPU);
     if (s.experts) {
       A = expert_A_to_peft(A);
       B = expert_B_to_peft(B);
     }
-    out.emplace_back(peft_key(s, true, targets), A.contiguous());
-    out.emplace_back(peft_key(s, false, targets), B.contiguous());
+    out.emplace_back(peft_key(lora, s, true), A.contiguous());
+    out.emplace_back(peft_key(lora, s, false), B.contiguous());
   }
   return out;
 }
 
-nlohmann::json adapter_config_json(const LoraOptions& o, const std::string& base) {
+nlohmann::json adapter_config_json(const LoraOptions& o, const ModelFamily& family, const std::string& base) {
   nlohmann::json params = nlohmann::json::array();
-  for (const auto& p : o.target_parameters) params.push_back("mlp.experts." + p);
+  for (const auto& p : o.target_parameters)
+    params.push_back(family.expert_keys().peft_target_parameter(p == "gate_up_proj" ? PackedExpert::kGateUp
+                                                                                    : PackedExpert::kDown));
   return {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
@@ -146,7 +162,7 @@ LoraOptions lora_options_from_adapter_config(const std::string& path) {
 void save_adapter(const std::string& dir, LoraModel& lora, const std::string& base) {
   make_dirs(dir);
   write_safetensors(dir + "/" + kWeightsFile, peft_state_dict(lora), {{"format", "pt"}});
-  write_text_atomic(dir + "/" + kConfigFile, adapter_config_json(lora.options, base).dump(2) + "\n");
+  write_text_atomic(dir + "/" + kConfigFile, adapter_config_json(lora.options, adapter_family(lora), base).dump(2) + "\n");
 }
 
 void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalLMImpl& model) {
@@ -155,10 +171,9 @@ void read_adapter_weights(const std::string& dir, LoraModel& lora, const CausalL
   // Every tensor is read and checked before any is written: a bad file changes nothing.
   std::vector<std::pair<at::Tensor*, at::Tensor>> reads;
   std::set<std::string> used;
-  const auto& targets = lora.options.target_parameters;
   for (auto& s : lora.sites) {
     for (bool is_A : {true, false}) {
-      std::string key = peft_key(s, is_A, targets);
+      std::string key = peft_key(lora, s, is_A);
       GLINT_CHECK(file.contains(key), wpath, ": missing key '", key, "'");
       at::Tensor t = file.read(key);
       at::Tensor& dst = is_A ? s.A() : s.B();

@@ -3,8 +3,9 @@
 //
 // Linear site at module path P:  base_model.model.P.lora_A.weight [r, in]
 //                                base_model.model.P.lora_B.weight [out, r]
-// Expert sites of "model.layers.L.mlp.experts" (PEFT wraps parameters in the experts
-// module's registration order, so with both targets gate_up_proj is the inner wrapper):
+// Expert sites of the family's experts module P (ExpertKeys::peft_module, e.g.
+// "model.layers.L.mlp.experts"; PEFT wraps parameters in the experts module's registration
+// order, so with both targets gate_up_proj is the inner wrapper):
 //   both targets:  gate_up_proj -> "...mlp.experts.base_layer.lora_{A,B}.weight"
 //                  down_proj    -> "...mlp.experts.lora_{A,B}.weight"
 //   one target:    it           -> "...mlp.experts.lora_{A,B}.weight"
@@ -31,14 +32,16 @@ at::Tensor expert_B_to_peft(const at::Tensor& B);  // [E,out,r] -> [out,r*E]
 at::Tensor expert_A_from_peft(const at::Tensor& A, int64_t num_experts);  // inverse
 at::Tensor expert_B_from_peft(const at::Tensor& B, int64_t num_experts);  // inverse
 
-// PEFT key of a site's A (is_A) or B matrix, given the adapter's expert targets.
-std::string peft_key(const LoraSite& site, bool is_A,
-                     const std::vector<std::string>& expert_targets);
+// PEFT key of the A (is_A) or B matrix of `site`, a site of `lora`: a linear's module
+// path, or the experts' PEFT module of the adapted family (ExpertKeys::peft_module).
+std::string peft_key(const LoraModel& lora, const LoraSite& site, bool is_A);
 
 // Every adapter tensor under its PEFT key, in PEFT layout, on CPU.
 std::vector<std::pair<std::string, at::Tensor>> peft_state_dict(LoraModel& lora);
 
-nlohmann::json adapter_config_json(const LoraOptions& options,
+// adapter_config.json of an adapter of `family`'s model: target_parameters in the
+// family's spelling (ExpertKeys::peft_target_parameter).
+nlohmann::json adapter_config_json(const LoraOptions& options, const ModelFamily& family,
                                    const std::string& base_model_name_or_path);
 // Parses adapter_config.json. Errors name the file and the field.
 LoraOptions lora_options_from_adapter_config(const std::string& path);

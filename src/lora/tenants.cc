@@ -86,10 +86,10 @@ class TenantExperts : public ExpertAdapter {
     const int64_t E = int64_t(counts.size()), S = int64_t(slots_.size());
     // Each row's expert, made on the host from the host's counts: repeat_interleave on a
     // CPU tensor forks the OpenMP team per call, per expert projection and decoded token.
-    std::vector<int64_t> experts;
-    experts.reserve(size_t(x.size(0)));
-    for (int64_t e = 0; e < E; ++e) experts.insert(experts.end(), size_t(counts[e]), e);
-    at::Tensor expert_of_row = at::tensor(experts, at::kLong).to(tags.device());  // [N]
+    std::vector<int64_t> row_expert_ids;
+    row_expert_ids.reserve(size_t(x.size(0)));
+    for (int64_t e = 0; e < E; ++e) row_expert_ids.insert(row_expert_ids.end(), size_t(counts[e]), e);
+    at::Tensor expert_of_row = at::tensor(row_expert_ids, at::kLong).to(tags.device());  // [N]
     // Rows by slot (a stable sort keeps each slot's rows grouped by expert), and the
     // [slot, expert] row counts: one host synchronisation for all slots. Rows tagged -1
     // (base model only) sort first and are skipped.
@@ -130,7 +130,7 @@ bool valid_name(const std::string& name) {
 
 struct TenantBank::Sites {
   std::map<std::string, std::shared_ptr<TenantLinear>> linear;
-  std::map<std::string, std::shared_ptr<TenantExperts>> experts;
+  std::map<std::string, std::shared_ptr<TenantExperts>> expert_tensors;
 };
 
 void TenantOptions::validate(int64_t r_max) const {
@@ -159,7 +159,7 @@ TenantBank::TenantBank(CausalLMImpl& model, int64_t slots, int64_t r_max)
     }
     auto ad = std::make_shared<TenantExperts>(slots, a.out_features());
     a.expert_adapter() = ad;
-    sites_->experts[a.module_path + "." + a.parameter] = ad;
+    sites_->expert_tensors[a.module_path + "." + a.parameter] = ad;
   });
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l)
     if (DecoderLayer layer = model.layer(l); layer->moe) layer->moe->token_tags = tags_;
@@ -185,7 +185,7 @@ void TenantBank::attach_slot(int64_t slot, LoraModel& lora) {
   for (const LoraSite& site : lora.sites) {
     std::string key = site_key(site.module_path, site.parameter);
     if (site.linear) sites_->linear.at(key)->slots_[slot] = site.linear;
-    else sites_->experts.at(key)->slots_[slot] = site.experts;
+    else sites_->expert_tensors.at(key)->slots_[slot] = site.experts;
   }
 }
 
@@ -193,7 +193,7 @@ void TenantBank::remove(const std::string& name) {
   int64_t slot = slot_of(name);
   GLINT_CHECK(slot >= 0, "no tenant '", name, "' to remove");
   for (auto& [key, ad] : sites_->linear) ad->slots_[slot].reset();
-  for (auto& [key, ad] : sites_->experts) ad->slots_[slot].reset();
+  for (auto& [key, ad] : sites_->expert_tensors) ad->slots_[slot].reset();
   tenants_[slot].reset();
   adapters_[slot].reset();
 }

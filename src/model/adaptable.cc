@@ -5,7 +5,15 @@
 
 namespace glint {
 
-std::string Adaptable::target() const { return experts ? "experts." + parameter : module_name; }
+std::string expert_target(const std::string& parameter) { return kExpertTargetPrefix + parameter; }
+
+std::string expert_target_parameter(const std::string& target) {
+  const std::string prefix = kExpertTargetPrefix;
+  return target.size() > prefix.size() && target.compare(0, prefix.size(), prefix) == 0 ? target.substr(prefix.size())
+                                                                                        : "";
+}
+
+std::string Adaptable::target() const { return experts ? expert_target(parameter) : module_name; }
 
 int64_t Adaptable::in_features() const {
   if (linear) return linear->in_features();

@@ -15,6 +15,15 @@ class CausalLMImpl;
 class LinearImpl;
 class ExpertsImpl;
 
+// glint's LoRA target syntax for a packed expert tensor, whatever a family's release calls
+// its experts: "experts.<parameter>" ("experts.gate_up_proj", "experts.down_proj"), as
+// --lora-targets, lora_targets() and the service take it.
+inline constexpr const char* kExpertTargetPrefix = "experts.";
+std::string expert_target(const std::string& parameter);
+// The parameter an expert target names ("gate_up_proj" for "experts.gate_up_proj"); "" when
+// `target` is not an expert target.
+std::string expert_target_parameter(const std::string& target);
+
 struct Adaptable {
   std::string module_path;  // PEFT module name: "model.layers.0.self_attn.q_proj",
                             // "model.layers.0.mlp.experts"
@@ -24,7 +33,7 @@ struct Adaptable {
   LinearImpl* linear = nullptr;    // set for a linear
   ExpertsImpl* experts = nullptr;  // set for an expert tensor
 
-  // The LoRA target name: module_name for a linear, "experts.<parameter>" for experts.
+  // The LoRA target name: module_name for a linear, expert_target(parameter) for experts.
   std::string target() const;
   int64_t in_features() const;   // per expert for experts
   int64_t out_features() const;

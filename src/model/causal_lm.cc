@@ -122,17 +122,22 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
 
 std::vector<ParameterSite> parameter_sites(CausalLMImpl& model) {
   std::unordered_map<const c10::TensorImpl*, std::pair<int64_t, bool>> where;
+  std::unordered_map<const c10::TensorImpl*, PackedExpert> packed;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
     DecoderLayer layer = model.layer(l);
     for (const auto& p : layer->parameters()) where[p.unsafeGetTensorImpl()] = {l, false};
-    if (layer->moe)
-      for (const auto& p : layer->moe->experts->parameters()) where[p.unsafeGetTensorImpl()] = {l, true};
+    if (!layer->moe) continue;
+    for (const auto& p : layer->moe->experts->parameters()) where[p.unsafeGetTensorImpl()] = {l, true};
+    packed[layer->moe->experts->gate_up_proj.unsafeGetTensorImpl()] = PackedExpert::kGateUp;
+    packed[layer->moe->experts->down_proj.unsafeGetTensorImpl()] = PackedExpert::kDown;
   }
   std::vector<ParameterSite> out;
   for (const auto& item : model.named_parameters()) {
     ParameterSite site{item.key(), item.value()};
+    site.family = model.family;
     auto it = where.find(item.value().unsafeGetTensorImpl());
     if (it != where.end()) std::tie(site.layer, site.expert) = it->second;
+    if (auto p = packed.find(item.value().unsafeGetTensorImpl()); p != packed.end()) site.packed = p->second;
     out.push_back(std::move(site));
   }
   return out;

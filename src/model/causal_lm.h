@@ -2,8 +2,9 @@
 // family's attention and MLP modules, model/family.h), final norm, lm_head. The residual
 // is one stream [B,S,H], or with hc_mult > 0 that many hyper-connection streams
 // [B,S,n,H] (model/hyper_connection.h), collapsed by "model.hc_head" before the norm. Parameter
-// names equal the Hugging Face names (packed-expert form):
-// "model.layers.0.mlp.experts.gate_up_proj".
+// names equal the Hugging Face names, the routed experts in glint's packed form
+// ("model.layers.0.mlp.experts.gate_up_proj"); the family names them in its checkpoints
+// (ModelFamily::expert_keys).
 //
 // Legend: B rows, S sequence length, H hidden, V vocab, T = B*S tokens, E experts.
 #pragma once
@@ -98,10 +99,14 @@ TORCH_MODULE(CausalLM);
 // routed-experts tensor (sliced by expert parallelism, [E_local, ...]). Found by walking
 // the module tree, never by reading the name.
 struct ParameterSite {
-  std::string name;  // the Hugging Face name
+  std::string name;  // the model's name: the Hugging Face name, experts in glint's packed form
   at::Tensor tensor;
   int64_t layer = -1;
   bool expert = false;
+  // For a routed-experts tensor: which packed tensor it is, and the family whose names
+  // its checkpoint keys follow (ModelFamily::expert_keys).
+  PackedExpert packed = PackedExpert::kGateUp;
+  const ModelFamily* family = nullptr;
 };
 std::vector<ParameterSite> parameter_sites(CausalLMImpl& model);
 

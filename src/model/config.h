@@ -40,7 +40,8 @@ struct ModelConfig {
   bool attention_bias = false;
   std::string hidden_act = "silu";
   double initializer_range = 0.02;
-  // MoE (qwen3_moe only; num_experts == 0 means every layer is dense)
+  // MoE, every sparse family (num_experts == 0 means every layer is dense); the layer choice
+  // by decoder_sparse_step and mlp_only_layers is the Qwen3 and Qwen3-Next families'.
   int64_t num_experts = 0;             // E
   int64_t num_experts_per_tok = 0;     // K
   bool norm_topk_prob = true;

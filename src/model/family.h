@@ -7,7 +7,16 @@
 // decoder layer holds one attention module and one MLP module, both chosen by the
 // family for that layer (dense SwiGLU, MoE, MoE with shared experts).
 //
-// Legend: B rows, S positions, H hidden.
+// A family owns its names in both directions (ModelFamily::model_key, expert_keys): the
+// model's parameters carry the names of the family's modules (LayerParts, its attention
+// modules), and the routed experts, which glint always holds packed, are named by the
+// family's ExpertKeys wherever a checkpoint, a merged model or a PEFT adapter is read or
+// written (model/weights.cc, export/merge.cc, lora/peft_io.cc). A family whose release
+// spells its experts otherwise (Mixtral: "block_sparse_moe.experts.E.w1") writes those
+// spellings in its folder and nowhere else; model/expert_keys.h builds the keys of the
+// usual "<layer>.<block>.<experts>.<E>.<projection>.weight" layout from them.
+//
+// Legend: B rows, S positions, H hidden, E experts, I one expert's width.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -69,6 +78,35 @@ struct LayerParts {
   std::shared_ptr<MlpModule> mlp;
 };
 
+// glint's routed experts of one MoE layer are two packed tensors (model/moe.h Experts):
+// gate_up_proj [E, 2I, H] (per expert its gate rows [0, I), then its up rows [I, 2I)) and
+// down_proj [E, H, I].
+enum class PackedExpert { kGateUp, kDown };
+// One expert's projection in the per-expert form: gate [I, H], up [I, H], down [H, I].
+enum class ExpertProjection { kGate, kUp, kDown };
+
+// The names a family's releases give glint's routed-expert tensors, in both of the forms a
+// checkpoint may store them, and in a PEFT adapter. Keys are as the weight map reads them
+// (after ModelFamily::model_key) and as glint writes them. Layouts are glint's: a family
+// whose release stores gate and up interleaved, or with biases, needs more than names.
+class ExpertKeys {
+ public:
+  virtual ~ExpertKeys() = default;
+  // The packed tensor `t` of decoder layer `layer`: "model.layers.3.mlp.experts.gate_up_proj".
+  virtual std::string packed(int64_t layer, PackedExpert t) const = 0;
+  // Expert `expert`'s projection `p` in layer `layer`, per-expert form:
+  // "model.layers.3.mlp.experts.7.gate_proj.weight" (its FP8 scale: + "_scale_inv").
+  virtual std::string per_expert(int64_t layer, int64_t expert, ExpertProjection p) const = 0;
+  // Whether `key` is a routed-expert key of any layer, in either form (or a scale of one).
+  virtual bool is_expert_key(const std::string& key) const = 0;
+  // The PEFT module path of layer `layer`'s experts, the prefix of the adapter's expert
+  // keys: "model.layers.3.mlp.experts" (lora/peft_io.h).
+  virtual std::string peft_module(int64_t layer) const = 0;
+  // The adapter_config.json target_parameters entry of packed tensor `t`:
+  // "mlp.experts.gate_up_proj". Its last part is the parameter's name in the PEFT module.
+  virtual std::string peft_target_parameter(PackedExpert t) const = 0;
+};
+
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
@@ -88,14 +126,19 @@ class ModelFamily {
   // A tiny model of this family (registry tests, examples): a few layers, all its parts.
   virtual ModelConfig tiny(int64_t vocab_size) const = 0;
   // The LoRA target names a user may list for this family (linear module names and
-  // "experts.<parameter>" for packed expert tensors), for error messages and --help.
+  // expert_target(parameter) for packed expert tensors, model/adaptable.h), for error
+  // messages and --help.
   virtual std::vector<std::string> lora_targets() const = 0;
   // The weight map's reading of a stored checkpoint key: the model's name for it, or ""
   // for a key the family skips (vision or multi-token-prediction weights, say). The
   // default: keys are the model's names.
   virtual std::string model_key(const std::string& stored, const ModelConfig& c) const { return stored; }
-  // The expert form save_pretrained writes: packed ("mlp.experts.gate_up_proj" [E,2I,H],
-  // as the family's releases store them) or per expert (the Hub's older form).
+  // The names of the routed experts in this family's releases (both forms) and adapters.
+  // Loading reads them, save_pretrained, merging and adapter export write them.
+  virtual const ExpertKeys& expert_keys() const = 0;
+  // The expert form save_pretrained and merging write: packed (expert_keys().packed,
+  // [E,2I,H] and [E,H,I], as the family's releases store them) or per expert
+  // (expert_keys().per_expert, the Hub's older form).
   virtual bool saves_packed_experts() const { return false; }
 };
 

@@ -12,8 +12,9 @@ namespace glint {
 
 TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r, int64_t num_experts,
                                            at::Tensor* device_counts) {
-  int64_t K = r.experts.size(1);
-  at::Tensor flat_experts = r.experts.reshape({-1});                // [N]
+  const at::Tensor& expert_ids_TK = r.experts;
+  int64_t K = expert_ids_TK.size(1);
+  at::Tensor flat_experts = expert_ids_TK.reshape({-1});            // [N]
   // Stable sort keeps token order inside each expert group: deterministic results.
   at::Tensor order = std::get<1>(at::sort(flat_experts, /*stable=*/true, 0, false));  // [N]
   TokenDispatcher::Dispatched d;

@@ -106,14 +106,14 @@ void copy_into(at::Tensor& param, const at::Tensor& value) {
   param.copy_(value);
 }
 
-// Fills experts [first, first + n) of layer l's packed tensors from either form.
-void load_experts(ExpertsImpl& ex, int64_t l, const CheckpointReader& ckpt,
+// Fills experts [first, first + n) of layer l's packed tensors from either form, under
+// the names of the family's releases.
+void load_experts(ExpertsImpl& ex, int64_t l, const ExpertKeys& names, const CheckpointReader& ckpt,
                   std::set<std::string>* used) {
   int64_t n = ex.num_local(), first = ex.first_expert, I = ex.intermediate();
   int64_t H = ex.gate_up_proj.size(2);
-  std::string prefix = "model.layers." + std::to_string(l) + ".mlp.experts.";
-  if (ckpt.contains(prefix + "gate_up_proj")) {
-    std::string gu = prefix + "gate_up_proj", dn = prefix + "down_proj";
+  const std::string gu = names.packed(l, PackedExpert::kGateUp), dn = names.packed(l, PackedExpert::kDown);
+  if (ckpt.contains(gu)) {
     int64_t E = ckpt.info(gu).shape.empty() ? 0 : ckpt.info(gu).shape[0];
     GLINT_CHECK(first + n <= E, ckpt.dir(), ": key '", gu, "' holds ", E,
                 " experts, the model needs experts up to ", first + n);
@@ -127,8 +127,8 @@ void load_experts(ExpertsImpl& ex, int64_t l, const CheckpointReader& ckpt,
   }
   for (int64_t i = 0; i < n; ++i) {
     int64_t e = first + i;
-    std::string g = expert_key(l, e, "gate_proj"), u = expert_key(l, e, "up_proj"),
-                d = expert_key(l, e, "down_proj");
+    std::string g = names.per_expert(l, e, ExpertProjection::kGate), u = names.per_expert(l, e, ExpertProjection::kUp),
+                d = names.per_expert(l, e, ExpertProjection::kDown);
     check_shape(ckpt, g, {I, H});
     check_shape(ckpt, u, {I, H});
     check_shape(ckpt, d, {H, I});
@@ -149,10 +149,25 @@ bool is_ignorable_key(const std::string& key) {
   return key.find("rotary_emb.inv_freq") != std::string::npos;
 }
 
-// A packed expert tensor's name is gate_up_proj's (else down_proj's).
-bool is_gate_up_name(const std::string& name) {
-  const std::string suffix = ".mlp.experts.gate_up_proj";
-  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+// The names the family of a routed-experts site (a packed tensor) gives it in checkpoints.
+const ExpertKeys& site_expert_keys(const ParameterSite& site) {
+  GLINT_ASSERT(site.expert && site.family, site.name, " is not a routed-experts site of a family's model");
+  return site.family->expert_keys();
+}
+
+// The per-expert keys of expert e whose rows the routed-experts site holds (gate and up for
+// gate_up, down for down), in the packed tensor's row order.
+std::vector<std::string> per_expert_keys(const ParameterSite& site, int64_t e) {
+  const ExpertKeys& names = site_expert_keys(site);
+  if (site.packed == PackedExpert::kGateUp)
+    return {names.per_expert(site.layer, e, ExpertProjection::kGate), names.per_expert(site.layer, e, ExpertProjection::kUp)};
+  return {names.per_expert(site.layer, e, ExpertProjection::kDown)};
+}
+
+// The key a site's values are read from when the checkpoint holds it whole: a routed-experts
+// tensor's packed release key, else the model's name.
+std::string whole_key(const ParameterSite& site) {
+  return site.expert ? site_expert_keys(site).packed(site.layer, site.packed) : site.name;
 }
 
 // Throws naming the first key of `ckpt` the model has no use for: not in `used`, not a
@@ -164,7 +179,7 @@ void check_no_unexpected_keys(const CheckpointReader& ckpt, const CausalLMImpl& 
     if (used.count(key) || is_ignorable_key(key)) continue;
     // A tied model may still carry lm_head.weight; it must equal the embedding's role.
     if (key == "lm_head.weight" && model.config.tie_word_embeddings) continue;
-    if (partial_experts && key.find(".mlp.experts.") != std::string::npos) continue;
+    if (partial_experts && model.family->expert_keys().is_expert_key(key)) continue;
     fail(ckpt.dir(), ": unexpected key '", key, "' (not a parameter of ", model.config.model_type,
          " with this config.json)");
   }
@@ -188,8 +203,12 @@ std::unique_ptr<CheckpointReader> open_checkpoint(const std::string& dir, const 
 }
 
 std::string expert_key(int64_t layer, int64_t expert, const char* proj) {
-  return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) +
-         "." + proj + ".weight";
+  const std::string p = proj;
+  GLINT_ASSERT(p == "gate_proj" || p == "up_proj" || p == "down_proj", "expert_key: unknown projection ", p);
+  const ExpertProjection projection = p == "gate_proj" ? ExpertProjection::kGate
+                                      : p == "up_proj" ? ExpertProjection::kUp
+                                                       : ExpertProjection::kDown;
+  return family_for(ModelConfig().model_type, "expert_key").expert_keys().per_expert(layer, expert, projection);
 }
 
 void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parameters) {
@@ -204,7 +223,7 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parame
   }
   for (int64_t l = 0; l < model.config.num_hidden_layers && parameters; ++l) {
     DecoderLayer layer = model.layer(l);
-    if (layer->moe) load_experts(*layer->moe->experts, l, ckpt, &used);
+    if (layer->moe) load_experts(*layer->moe->experts, l, model.family->expert_keys(), ckpt, &used);
   }
   // Buffers that are state (a router's correction bias): every rank holds them whole.
   for (auto& item : model.named_buffers()) {
@@ -212,18 +231,18 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parame
     copy_into(item.value(), ckpt.read(item.key()));
     used.insert(item.key());
   }
-  // Keys the shard loader (parameters == false) may read: each parameter's own name, and
-  // for packed experts also the per-expert Hub keys of every expert.
+  // Keys the shard loader (parameters == false) may read: each parameter's own key, and
+  // for packed experts also the per-expert keys of every expert.
   std::set<std::string> layer_keys;
   if (!parameters)
     for (const auto& site : sites) {
-      layer_keys.insert(site.name);
-      layer_keys.insert(fp8_scale_key(site.name));
+      layer_keys.insert(whole_key(site));
+      layer_keys.insert(fp8_scale_key(whole_key(site)));
       if (!site.expert) continue;
       for (int64_t e = 0; e < model.config.num_experts; ++e)
-        for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-          layer_keys.insert(expert_key(site.layer, e, proj));
-          layer_keys.insert(fp8_scale_key(expert_key(site.layer, e, proj)));
+        for (const std::string& key : per_expert_keys(site, e)) {
+          layer_keys.insert(key);
+          layer_keys.insert(fp8_scale_key(key));
         }
     }
   bool partial_experts = false;
@@ -239,23 +258,21 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parame
 void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {
   std::set<std::string> used;
   for (const ParameterSite& site : parameter_sites(model)) {
-    if (!site.expert || ckpt.contains(site.name)) {
-      check_shape(ckpt, site.name, site.tensor.sizes());
-      used.insert(site.name);
-      used.insert(fp8_scale_key(site.name));
+    const std::string key = whole_key(site);
+    if (!site.expert || ckpt.contains(key)) {
+      check_shape(ckpt, key, site.tensor.sizes());
+      used.insert(key);
+      used.insert(fp8_scale_key(key));
       continue;
     }
     // Per-expert keys: gate_up [E,2I,H] is gate [I,H] and up [I,H] per expert; down [E,H,I] is down [H,I].
     const ExpertsImpl& ex = *model.layer(site.layer)->moe->experts;
     GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts, "check_checkpoint: ",
                  site.name, " holds a slice of the experts");
-    const bool gate_up = site.tensor.is_same(ex.gate_up_proj);
+    const bool gate_up = site.packed == PackedExpert::kGateUp;
     const int64_t E = site.tensor.size(0), out = site.tensor.size(1), in = site.tensor.size(2);
     for (int64_t e = 0; e < E; ++e) {
-      std::vector<std::string> keys;
-      if (gate_up) keys = {expert_key(site.layer, e, "gate_proj"), expert_key(site.layer, e, "up_proj")};
-      else keys = {expert_key(site.layer, e, "down_proj")};
-      for (const std::string& key : keys) {
+      for (const std::string& key : per_expert_keys(site, e)) {
         check_shape(ckpt, key, {gate_up ? out / 2 : out, in});
         used.insert(key);
         used.insert(fp8_scale_key(key));
@@ -270,9 +287,8 @@ void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {
 }
 
 StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site) {
-  std::string key = site.name;
-  if (site.expert && !ckpt.contains(key))
-    key = expert_key(site.layer, 0, is_gate_up_name(site.name) ? "gate_proj" : "down_proj");
+  std::string key = whole_key(site);
+  if (site.expert && !ckpt.contains(key)) key = per_expert_keys(site, 0).front();
   const TensorInfo& info = ckpt.info(key);  // throws naming the key when absent
   if (quantised_form(ckpt, key) != Quantised::kNo) return {c10::kBFloat16, true};
   return {info.dtype, false};
@@ -281,28 +297,21 @@ StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site) 
 at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSite& site,
                                 at::IntArrayRef shape, int64_t start, int64_t count,
                                 c10::ScalarType dtype) {
-  const std::string& name = site.name;
-  const std::string gu_suffix = ".mlp.experts.gate_up_proj", dn_suffix = ".mlp.experts.down_proj";
-  auto ends_with = [&](const std::string& suf) {
-    return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
-  };
-  bool per_expert = site.expert && !ckpt.contains(name);
+  const std::string whole = whole_key(site);
+  bool per_expert = site.expert && !ckpt.contains(whole);
   if (!per_expert) {
-    check_shape(ckpt, name, shape);
-    return read_value_flat(ckpt, name, start, count, dtype);
+    check_shape(ckpt, whole, shape);
+    return read_value_flat(ckpt, whole, start, count, dtype);
   }
-  // Per-expert Hub keys: gate_up [E,2I,H] is, per expert, gate [I,H] then up [I,H];
+  // Per-expert keys: gate_up [E,2I,H] is, per expert, gate [I,H] then up [I,H];
   // down [E,H,I] is, per expert, down [H,I]. Read the runs the range covers.
-  const int64_t layer = site.layer;
-  const bool gate_up = ends_with(gu_suffix);
-  GLINT_ASSERT(gate_up || ends_with(dn_suffix), name, " is not a packed expert tensor");
+  const bool gate_up = site.packed == PackedExpert::kGateUp;
   int64_t block = gate_up ? shape[1] / 2 * shape[2] : shape[1] * shape[2];  // one key's elements
   std::vector<at::Tensor> parts;
   for (int64_t f = start; f < start + count;) {
     int64_t b = f / block, off = f % block, n = std::min(block - off, start + count - f);
     int64_t e = gate_up ? b / 2 : b;
-    std::string key = gate_up ? expert_key(layer, e, b % 2 == 0 ? "gate_proj" : "up_proj")
-                              : expert_key(layer, e, "down_proj");
+    const std::string key = per_expert_keys(site, e).at(gate_up ? b % 2 : 0);
     std::vector<int64_t> key_shape = gate_up ? std::vector<int64_t>{shape[1] / 2, shape[2]}
                                              : std::vector<int64_t>{shape[1], shape[2]};
     check_shape(ckpt, key, key_shape);
@@ -323,24 +332,25 @@ std::vector<HubTensor> hub_tensors(CausalLMImpl& model) {
   const bool per_expert = !model.family->saves_packed_experts();
   const std::vector<ParameterSite> sites = parameter_sites(model);
   for (const ParameterSite& site : sites) {
-    if (!(per_expert && site.expert)) {  // the model's own name and layout
-      out.push_back(HubTensor{site.name, site.tensor.sizes().vec(), site.name, 0, site.layer, site.expert, false});
+    if (!(per_expert && site.expert)) {  // the model's layout, under the family's key
+      out.push_back(HubTensor{whole_key(site), site.tensor.sizes().vec(), site.name, 0, site.layer, site.expert, false});
       continue;
     }
     // Per expert: written where gate_up_proj stands, each expert's gate, up and down.
     const ExpertsImpl& ex = *model.layer(site.layer)->moe->experts;
-    if (!site.tensor.is_same(ex.gate_up_proj)) continue;
+    if (site.packed != PackedExpert::kGateUp) continue;
     GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts, "hub_tensors: ", site.name,
                  " holds a slice of the experts");
-    std::string down;
+    const ParameterSite* down = nullptr;
     for (const ParameterSite& s : sites)
-      if (s.tensor.is_same(ex.down_proj)) down = s.name;
-    GLINT_ASSERT(!down.empty(), "hub_tensors: no down_proj beside ", site.name);
+      if (s.tensor.is_same(ex.down_proj)) down = &s;
+    GLINT_ASSERT(down, "hub_tensors: no down_proj beside ", site.name);
     const int64_t l = site.layer, I = ex.intermediate(), H = ex.gate_up_proj.size(2);
     for (int64_t e = 0; e < ex.num_local(); ++e) {
-      out.push_back(HubTensor{expert_key(l, e, "gate_proj"), {I, H}, site.name, e * 2 * I * H, l, true, false});
-      out.push_back(HubTensor{expert_key(l, e, "up_proj"), {I, H}, site.name, e * 2 * I * H + I * H, l, true, false});
-      out.push_back(HubTensor{expert_key(l, e, "down_proj"), {H, I}, down, e * H * I, l, true, false});
+      const std::vector<std::string> gate_up = per_expert_keys(site, e);
+      out.push_back(HubTensor{gate_up[0], {I, H}, site.name, e * 2 * I * H, l, true, false});
+      out.push_back(HubTensor{gate_up[1], {I, H}, site.name, e * 2 * I * H + I * H, l, true, false});
+      out.push_back(HubTensor{per_expert_keys(*down, e)[0], {H, I}, down->name, e * H * I, l, true, false});
     }
   }
   for (auto& item : model.named_buffers())

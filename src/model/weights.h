@@ -1,7 +1,8 @@
-// The weight-name registry of the Qwen3 families: every parameter of a CausalLM, the
-// Hugging Face keys it comes from, and its expected shape. Loading accepts both the
-// per-expert Hub form (mlp.experts.{e}.{gate,up,down}_proj.weight) and the packed
-// transformers v5 form (mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I]).
+// Reading and writing a CausalLM's weights under its family's names: every parameter, the
+// checkpoint keys it comes from, and its expected shape. The routed experts, packed in the
+// model, are read from either form a release may store (ModelFamily::expert_keys): packed
+// (gate_up [E,2I,H], down [E,H,I]) or per expert (gate, up [I,H], down [H,I] per expert),
+// and written in the form the family saves (ModelFamily::saves_packed_experts).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -53,7 +54,7 @@ struct StoredForm {
 StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site);
 
 // One tensor of the model's Hub form (what transformers' save_pretrained writes for the
-// family): its key and shape, and where its values lie in the model: elements
+// family, under the family's names): its key and shape, and where its values lie in the model: elements
 // [offset, offset + numel) of the flattened parameter or buffer `source`. A per-expert key
 // holds one expert's rows of a packed expert tensor; every other key a whole tensor.
 struct HubTensor {
@@ -76,7 +77,9 @@ std::vector<HubTensor> hub_tensors(CausalLMImpl& model);
 // expert for families that save them so. REQUIRES: the model holds all experts.
 std::vector<std::pair<std::string, at::Tensor>> hub_state_dict(CausalLMImpl& model);
 
-// Per-expert Hub key of expert e's projection ("gate_proj", "up_proj", "down_proj").
+// The per-expert key of expert e's projection ("gate_proj", "up_proj", "down_proj") in a
+// model of ModelConfig's default model_type (qwen3_moe, the tiny models' family). Another
+// family's keys: family.expert_keys().per_expert.
 std::string expert_key(int64_t layer, int64_t expert, const char* proj);
 
 // Writes config.json and the weights (Hub form) of `model` into `dir`.

@@ -122,7 +122,7 @@ TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& 
   Dispatched d = sort_by_expert(x, r, num_experts_, &counts);
   // The count exchange, where the counts are (the device, over NCCL): row j of `sent`
   // goes to EP rank j (the counts of its experts); row i of `got` is what rank i sends
-  // to each of this rank's experts. Then the layer's one wait for the device: both
+  // to each of this rank's experts; then the layer's one wait for the device: both
   // tables come to the host together.
   at::Tensor sent = counts.view({ep, local});                         // [ep, E_local]
   at::Tensor got = comm_->all_to_all(sent, std::vector<int64_t>(ep, 1), std::vector<int64_t>(ep, 1));

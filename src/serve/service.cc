@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "lora/lora.h"
 #include "lora/peft_io.h"
+#include "model/adaptable.h"
 #include "serve/losses.h"
 #include "serve/protocol.h"
 #include "serve/wire.h"
@@ -238,10 +239,11 @@ json Service::lora_json(const json& cfg, const std::string& where) const {
   const bool unembed = tinker::boolean(cfg, "train_unembed", where, true);
   json modules = json::array(), params = json::array();
   for (const std::string& t : opt_.lora_targets) {
-    const bool expert = t.rfind("experts.", 0) == 0;
+    const std::string parameter = expert_target_parameter(t);
+    const bool expert = !parameter.empty();
     const bool is_mlp = expert || t == "gate_proj" || t == "up_proj" || t == "down_proj";
     if (is_mlp ? !mlp : !attn) continue;
-    if (expert) params.push_back(t.substr(8));
+    if (expert) params.push_back(parameter);
     else modules.push_back(t);
   }
   if (modules.empty() && params.empty()) throw ClientError(400, where + ": train_mlp and train_attn are both false: nothing to train");

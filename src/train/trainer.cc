@@ -426,12 +426,12 @@ void Trainer::dump_gradients(const Learner& learner, const std::string& dir, int
   if (opt_.full && fsdp_) {
     std::vector<at::Tensor> grads;
     for (const auto& s : learner.params) grads.push_back(grad(s));
-    std::set<std::string> experts;
+    std::set<std::string> expert_names;
     for (const ParameterSite& site : parameter_sites(*model_))
-      if (site.expert) experts.insert(site.name);
+      if (site.expert) expert_names.insert(site.name);
     named = fsdp_->gather_named(grads);
     for (auto& [name, t] : named)
-      if (experts.count(name)) t = engine_->all_experts(t);
+      if (expert_names.count(name)) t = engine_->all_experts(t);
   } else {
     for (size_t i = 0; i < learner.params.size(); ++i) {
       at::Tensor g = grad(learner.params[i]);

@@ -100,6 +100,7 @@ void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::stri
   if (layout_->mesh->coordinate("ep_fsdp") != 0) return;
   LoraModel whole;
   whole.options = lora.options;
+  whole.family = lora.family;
   for (const LoraSite& site : lora.sites) {
     if (!site.experts) {
       whole.sites.push_back(site);

@@ -22,7 +22,7 @@ namespace {
 
 using namespace glint::testing;
 
-const auto kF64Options = at::TensorOptions().dtype(at::kDouble);
+const auto kDeltaF64Options = at::TensorOptions().dtype(at::kDouble);
 
 SequenceLayout layout_of(const std::vector<std::vector<int64_t>>& segments) {
   std::vector<at::Tensor> rows;
@@ -35,7 +35,7 @@ SequenceLayout layout_of(const std::vector<std::vector<int64_t>>& segments) {
 struct Inputs {
   at::Tensor q, k, v, g, beta;  // [B,S,H,Dk] x2, [B,S,H,Dv], [B,S,H] x2
 };
-Inputs random_inputs(int64_t B, int64_t S, int64_t H, int64_t Dk, int64_t Dv, at::TensorOptions opts = kF64Options) {
+Inputs random_inputs(int64_t B, int64_t S, int64_t H, int64_t Dk, int64_t Dv, at::TensorOptions opts = kDeltaF64Options) {
   Inputs in;
   in.q = at::randn({B, S, H, Dk}, opts);
   in.q = in.q / in.q.norm(2, -1, true) / std::sqrt(double(Dk));
@@ -57,7 +57,7 @@ at::Tensor ref_span(const Inputs& in, int64_t b, int64_t start, int64_t length) 
   return gated_delta_rule_ref(cut(in.q), cut(in.k), cut(in.v), cut(in.g), cut(in.beta));
 }
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
+double delta_max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
@@ -67,7 +67,7 @@ void expect_matches_reference(const Inputs& in, const SequenceLayout& layout, co
   ASSERT_TRUE(at::isfinite(got).all().item<bool>());
   for (const auto& s : layout.spans) {
     if (s.padding) continue;
-    EXPECT_LT(max_diff(got[s.row].narrow(0, s.start, s.length), ref_span(in, s.row, s.start, s.length)), tol)
+    EXPECT_LT(delta_max_diff(got[s.row].narrow(0, s.start, s.length), ref_span(in, s.row, s.start, s.length)), tol)
         << "row " << s.row << " span [" << s.start << ", +" << s.length << ")";
   }
 }
@@ -78,7 +78,7 @@ TEST(GatedDeltaRule, ReferenceRecurrenceMatchesHandComputedSteps) {
   //   S2 = e^{g2} S1 + k2 b2 (v2 - e^{g2} S1 k2), o2 = S2 q2.
   const double q1 = 0.5, k1 = 2.0, v1 = 3.0, g1 = -0.3, b1 = 0.25;
   const double q2 = -1.5, k2 = 0.5, v2 = -1.0, g2 = -0.7, b2 = 0.8;
-  auto col = [](double a, double b) { return at::tensor({a, b}, kF64Options).view({2, 1, 1}); };
+  auto col = [](double a, double b) { return at::tensor({a, b}, kDeltaF64Options).view({2, 1, 1}); };
   at::Tensor o =
       gated_delta_rule_ref(col(q1, q2), col(k1, k2), col(v1, v2), col(g1, g2).view({2, 1}), col(b1, b2).view({2, 1}));
   const double S1 = b1 * k1 * v1;
@@ -96,7 +96,7 @@ TEST(GatedDeltaRule, ChunkedMatchesRecurrenceForEveryChunkSize) {
       SequenceLayout layout = layout_of({std::vector<int64_t>(length, 0)});
       at::Tensor got = run(in, layout, chunk);
       ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, length, H, Dv}));
-      EXPECT_LT(max_diff(got[0], ref_span(in, 0, 0, length)), 1e-10) << "length " << length << " chunk " << chunk;
+      EXPECT_LT(delta_max_diff(got[0], ref_span(in, 0, 0, length)), 1e-10) << "length " << length << " chunk " << chunk;
     }
 }
 
@@ -126,7 +126,7 @@ TEST(GatedDeltaRule, PackedRowsMatchEachSequenceAlone) {
   // really do cut state that would otherwise flow across.
   SequenceLayout packed = layout_of({{0, 0, 0, 1, 1, 1}});
   Inputs in = random_inputs(1, 6, H, Dk, Dv);
-  EXPECT_GT(max_diff(run(in, packed, 4), run(in, layout_of({{0, 0, 0, 0, 0, 0}}), 4)), 1e-3);
+  EXPECT_GT(delta_max_diff(run(in, packed, 4), run(in, layout_of({{0, 0, 0, 0, 0, 0}}), 4)), 1e-3);
 }
 
 TEST(GatedDeltaRule, Float32AndBFloat16ReturnTheirDtypeAndStayClose) {
@@ -139,12 +139,12 @@ TEST(GatedDeltaRule, Float32AndBFloat16ReturnTheirDtypeAndStayClose) {
              in.beta.to(at::kFloat)};
   at::Tensor got = run(f32, layout, 64);
   EXPECT_EQ(got.scalar_type(), at::kFloat);
-  EXPECT_LT(max_diff(got[0], want), 1e-4);
+  EXPECT_LT(delta_max_diff(got[0], want), 1e-4);
   Inputs bf16{in.q.to(at::kBFloat16), in.k.to(at::kBFloat16), in.v.to(at::kBFloat16), in.g.to(at::kBFloat16),
               in.beta.to(at::kBFloat16)};
   at::Tensor low = run(bf16, layout, 64);
   EXPECT_EQ(low.scalar_type(), at::kBFloat16);
-  EXPECT_LT(max_diff(low[0], want), 0.1);
+  EXPECT_LT(delta_max_diff(low[0], want), 0.1);
 }
 
 // d/dx of sum(o * R) for every entry of every input, autograd on the chunked rule against
@@ -154,7 +154,7 @@ TEST(GatedDeltaRule, GradientsMatchFiniteDifferences) {
   const int64_t H = 2, Dk = 3, Dv = 2;
   SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, -1, 1, 1}});
   Inputs in = random_inputs(1, layout.seq_len, H, Dk, Dv);
-  at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kF64Options);
+  at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kDeltaF64Options);
   std::vector<at::Tensor*> leaves = {&in.q, &in.k, &in.v, &in.g, &in.beta};
   for (at::Tensor* t : leaves) t->requires_grad_(true);
   (run(in, layout, 3) * R).sum().backward();
@@ -215,32 +215,32 @@ TEST(CausalDepthwiseConv1d, MatchesPerPositionLoopAndRestartsAtEverySequence) {
   SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, 0, 1, 1, -1, -1, 2, 2},
                                      {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
                                      {0, -1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2}});
-  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kF64Options);
-  at::Tensor w = at::randn({C, 1, W}, kF64Options);
+  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options);
+  at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options);
   at::Tensor got = causal_depthwise_conv1d(x, w, layout);
   ASSERT_EQ(got.sizes(), x.sizes());
   ASSERT_TRUE(at::isfinite(got).all().item<bool>());
   for (const auto& s : layout.spans) {
     if (s.padding) continue;
     at::Tensor want = causal_depthwise_conv1d_ref(x[s.row].narrow(0, s.start, s.length), w);
-    EXPECT_LT(max_diff(got[s.row].narrow(0, s.start, s.length), want), 1e-14) << "row " << s.row << " at " << s.start;
+    EXPECT_LT(delta_max_diff(got[s.row].narrow(0, s.start, s.length), want), 1e-14) << "row " << s.row << " at " << s.start;
   }
   // Without the restarts the second sequence of row 0 would read the first's last tokens.
   at::Tensor whole = causal_depthwise_conv1d_ref(x[0], w);
-  EXPECT_GT(max_diff(got[0].narrow(0, 6, 2), whole.narrow(0, 6, 2)), 1e-3);
+  EXPECT_GT(delta_max_diff(got[0].narrow(0, 6, 2), whole.narrow(0, 6, 2)), 1e-3);
   // The last tap multiplies the current token: a kernel [0,0,0,1] is the identity.
-  at::Tensor identity = at::zeros({C, 1, W}, kF64Options);
+  at::Tensor identity = at::zeros({C, 1, W}, kDeltaF64Options);
   identity.select(2, W - 1).fill_(1.0);
-  EXPECT_LT(max_diff(causal_depthwise_conv1d(x, identity, layout), x), 1e-15);
+  EXPECT_LT(delta_max_diff(causal_depthwise_conv1d(x, identity, layout), x), 1e-15);
 }
 
 TEST(CausalDepthwiseConv1d, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
   at::manual_seed(7);
   const int64_t C = 3, W = 3;
   SequenceLayout layout = layout_of({{0, 0, 0, 1, 1, -1}});
-  at::Tensor x = at::randn({1, 6, C}, kF64Options).requires_grad_(true);
-  at::Tensor w = at::randn({C, 1, W}, kF64Options).requires_grad_(true);
-  at::Tensor R = at::randn({1, 6, C}, kF64Options);
+  at::Tensor x = at::randn({1, 6, C}, kDeltaF64Options).requires_grad_(true);
+  at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options).requires_grad_(true);
+  at::Tensor R = at::randn({1, 6, C}, kDeltaF64Options);
   (causal_depthwise_conv1d(x, w, layout) * R).sum().backward();
   auto loss = [&](const at::Tensor& xs, const at::Tensor& ws) {
     return (causal_depthwise_conv1d(xs, ws, layout) * R).sum().item<double>();

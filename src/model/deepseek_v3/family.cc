@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "model/config_fields.h"
+#include "model/adaptable.h"
+#include "model/expert_keys.h"
 #include "model/deepseek_v3/attention.h"
 #include "model/moe.h"
 
@@ -176,7 +178,14 @@ class DeepseekV3Family : public ModelFamily {
 
   std::vector<std::string> lora_targets() const override {
     return {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
-            "gate_proj", "up_proj", "down_proj", "experts.gate_up_proj", "experts.down_proj"};
+            "gate_proj", "up_proj", "down_proj", expert_target("gate_up_proj"), expert_target("down_proj")};
+  }
+
+  // DeepSeek-V3 releases: per-expert keys (deepseek-ai/DeepSeek-V3).
+  const ExpertKeys& expert_keys() const override {
+    static const SpelledExpertKeys keys(ExpertSpelling{
+        "model.layers", "mlp", "experts", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "down_proj"});
+    return keys;
   }
 };
 

@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "model/config_fields.h"
+#include "model/adaptable.h"
+#include "model/expert_keys.h"
 #include "model/deepseek_v4/attention.h"
 #include "model/moe.h"
 
@@ -273,7 +275,14 @@ class DeepseekV4Family : public ModelFamily {
 
   std::vector<std::string> lora_targets() const override {
     return {"q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj", "gate_proj", "weights_proj",
-            "up_proj", "down_proj", "experts.gate_up_proj", "experts.down_proj"};
+            "up_proj", "down_proj", expert_target("gate_up_proj"), expert_target("down_proj")};
+  }
+
+  // transformers' names for DeepSeek-V4 (model_key renames the release's "layers.L.ffn.experts.E.w1" to them); saved packed.
+  const ExpertKeys& expert_keys() const override {
+    static const SpelledExpertKeys keys(ExpertSpelling{
+        "model.layers", "mlp", "experts", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "down_proj"});
+    return keys;
   }
 
   // Released names ("layers.3.attn.wq_a.weight", "embed.weight", ".scale") to

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "model/config_fields.h"
+#include "model/adaptable.h"
+#include "model/expert_keys.h"
 #include "model/moe.h"
 #include "model/qwen3/attention.h"
 
@@ -112,7 +114,14 @@ class Qwen3Family : public ModelFamily {
 
   std::vector<std::string> lora_targets() const override {
     return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-            "experts.gate_up_proj", "experts.down_proj"};
+            expert_target("gate_up_proj"), expert_target("down_proj")};
+  }
+
+  // Qwen3-MoE releases: per-expert keys (Qwen/Qwen3-30B-A3B); transformers v5 packs them in memory as below.
+  const ExpertKeys& expert_keys() const override {
+    static const SpelledExpertKeys keys(ExpertSpelling{
+        "model.layers", "mlp", "experts", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "down_proj"});
+    return keys;
   }
 };
 

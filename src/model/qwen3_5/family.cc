@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "model/config_fields.h"
+#include "model/adaptable.h"
+#include "model/expert_keys.h"
 #include "model/moe.h"
 #include "model/qwen3_5/attention.h"
 
@@ -131,8 +133,15 @@ class Qwen3_5Family : public ModelFamily {
 
   std::vector<std::string> lora_targets() const override {
     return {"q_proj",   "k_proj",  "v_proj",    "o_proj",    "in_proj_qkv", "in_proj_z",          "in_proj_b",
-            "in_proj_a", "out_proj", "gate_proj", "up_proj", "down_proj",   "shared_expert_gate", "experts.gate_up_proj",
-            "experts.down_proj"};
+            "in_proj_a", "out_proj", "gate_proj", "up_proj", "down_proj",   "shared_expert_gate", expert_target("gate_up_proj"),
+            expert_target("down_proj")};
+  }
+
+  // Qwen3.5-MoE releases: packed keys on disk (Qwen/Qwen3.5-35B-A3B, under "model.language_model.", which model_key drops).
+  const ExpertKeys& expert_keys() const override {
+    static const SpelledExpertKeys keys(ExpertSpelling{
+        "model.layers", "mlp", "experts", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "down_proj"});
+    return keys;
   }
 
   bool saves_packed_experts() const override { return true; }

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "model/config_fields.h"
+#include "model/adaptable.h"
+#include "model/expert_keys.h"
 #include "model/mlp.h"
 #include "model/moe.h"
 #include "model/qwen3_5/attention.h"
@@ -152,8 +154,15 @@ class Qwen3NextFamily : public ModelFamily {
 
   std::vector<std::string> lora_targets() const override {
     return {"q_proj",    "k_proj",  "v_proj",    "o_proj",          "in_proj_qkvz",         "in_proj_ba",
-            "out_proj",  "gate_proj", "up_proj", "down_proj",       "shared_expert_gate",   "experts.gate_up_proj",
-            "experts.down_proj"};
+            "out_proj",  "gate_proj", "up_proj", "down_proj",       "shared_expert_gate",   expert_target("gate_up_proj"),
+            expert_target("down_proj")};
+  }
+
+  // Qwen3-Next releases: per-expert keys (Qwen/Qwen3-Next-80B-A3B-Instruct).
+  const ExpertKeys& expert_keys() const override {
+    static const SpelledExpertKeys keys(ExpertSpelling{
+        "model.layers", "mlp", "experts", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "down_proj"});
+    return keys;
   }
 
   // Multi-token-prediction weights of the release are not part of the causal LM.
