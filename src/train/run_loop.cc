@@ -189,7 +189,10 @@ void RunLoop::run() {
         if (tenant_eval.count(t.name)) trec["eval_loss"] = tenant_eval[t.name];
         tenant_metrics.at(t.name)->write(trec);
       }
-      std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
+      if (tenant_run)  // the tenants' learning rates are their own lines'
+        std::snprintf(buf, sizeof buf, "loss %.4f  %.0f tok/s", st.loss, st.tokens / st.seconds);
+      else
+        std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
       progress.update(s - start_step, buf);
       // The first step gets a line at once: a slow step should not leave the screen blank.
       if (s == start_step + 1 || s % opt.log_every == 0 || s == opt.steps || eval_now || stopping) {
