@@ -282,21 +282,13 @@ TEST_P(FamilyNames, EveryWrittenKeyIsAReleaseName) {
   const std::string dir = testing::fresh_temp_dir("family_names_" + f.name());
   save_pretrained(*m, dir + "/model");
   expect_keys_match(checkpoint_keys(dir + "/model"), want.model, f.name() + " model");
-
-  // The written directory loads back into an equal model.
-  CausalLM loaded = from_pretrained(dir + "/model", kF64);
-  auto a = m->named_parameters(), b = loaded->named_parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].value(), b[i].value())) << a[i].key();
-  auto ba = m->named_buffers(), bb = loaded->named_buffers();
-  ASSERT_EQ(ba.size(), bb.size());
-  for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(at::equal(ba[i].value(), bb[i].value())) << ba[i].key();
+  // (That the written directory loads back into an equal model: Registry/Family.)
 
   // A LoRA adapter on every target of the family, both expert tensors included.
   LoraOptions o;
   LoraOptions::parse_targets("all", "test", &o);
   o.r = 2;
-  LoraModel lora = apply_lora(*loaded, o, 3);
+  LoraModel lora = apply_lora(*m, o, 3);
   {
     at::NoGradGuard no_grad;
     for (at::Tensor& t : lora.parameters()) t.uniform_(-0.1, 0.1);  // a merge that changes every adapted tensor
@@ -315,7 +307,7 @@ TEST_P(FamilyNames, EveryWrittenKeyIsAReleaseName) {
   merge_adapter(mo);
   expect_keys_match(checkpoint_keys(dir + "/merged"), want.model, f.name() + " merged model");
   CausalLM merged = from_pretrained(dir + "/merged", kF64);
-  EXPECT_EQ(merged->named_parameters().size(), a.size());
+  EXPECT_EQ(merged->named_parameters().size(), m->named_parameters().size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, FamilyNames, ::testing::ValuesIn(model_families()), names_test_family_name);
