@@ -132,10 +132,10 @@ TEST(TenantTraining, ASingleAdapterRunIsItsOneTenantBankInFloat64) {
     SCOPED_TRACE("W=" + std::to_string(ranks) + flags);
     const std::string single = s.dir + "/single" + std::to_string(ranks), bank = s.dir + "/bank" + std::to_string(ranks);
     const std::string common = " train" + s.common + " --dtype float64" + flags;
+    const int W = ranks;  // (a lambda cannot capture a structured binding in C++17)
     auto launch = [&](const std::string& args) {
       std::string cmd = glint + args;
-      if (ranks > 1)
-        cmd = "GLINT_DIST_TIMEOUT_SECONDS=60 " + glint + " launch -n " + std::to_string(ranks) + " -- " + cmd;
+      if (W > 1) cmd = "GLINT_DIST_TIMEOUT_SECONDS=60 " + glint + " launch -n " + std::to_string(W) + " -- " + cmd;
       int code;
       std::string out = testing::run_command(cmd, &code);
       EXPECT_EQ(code, 0) << out;
