@@ -73,17 +73,17 @@ double sgemm_gflops(int64_t n, int reps) {
 
 int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
   LoraOptions::parse_targets(targets, "--lora-targets", &opt.lora);
-  if (opt.model_dir.empty()) opt.model_config = bench_model_config();
-  opt.data.clear();
-  opt.eval_samples = 0;
+  if (opt.model.dir.empty()) opt.model.config = bench_model_config();
+  opt.data.path.clear();
+  opt.data.eval_samples = 0;
   Trainer trainer(opt);
   const ModelConfig& c = trainer.model().config;
-  int64_t S = opt.seq_len > 0 ? opt.seq_len : 512, B = opt.batch_size;
-  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : B;
+  int64_t S = opt.data.seq_len > 0 ? opt.data.seq_len : 512, B = opt.optim.batch_size;
+  int64_t mbs = opt.memory.micro_batch_size > 0 ? opt.memory.micro_batch_size : B;
   std::vector<Batch> batches = random_batches(c.vocab_size, B, S, mbs, opt.seed);
   for (int64_t i = 0; i < warmup; ++i) trainer.step(batches);
   StepStats total;
-  for (int64_t i = 0; i < opt.steps; ++i) {
+  for (int64_t i = 0; i < opt.optim.steps; ++i) {
     StepStats st = trainer.step(batches);
     total.seconds += st.seconds;
     total.forward_seconds += st.forward_seconds;
@@ -91,7 +91,7 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
     total.optimizer_seconds += st.optimizer_seconds;
     total.tokens += st.tokens;
   }
-  double n = double(opt.steps);
+  double n = double(opt.optim.steps);
   // Counted on an unwritten copy of the model: the trained one may be sharded (FSDP).
   CausalLM shapes(c, TensorPlacement{at::kFloat, c10::Device(c10::kCPU), /*lazy=*/true});
   double fwd = forward_flops(*shapes, B, S);
@@ -114,7 +114,7 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
       {"batch_size", B}, {"micro_batch_size", mbs}, {"seq_len", S},
       {"threads", at::get_num_threads()}, {"dtype", dtype_name(trainer.model().placement.dtype)},
       {"device", trainer.model().placement.device.str()},
-      {"steps_timed", opt.steps},
+      {"steps_timed", opt.optim.steps},
       {"step_s", step_s},
       {"tokens_per_s", double(total.tokens) / total.seconds},
       {"phase_s", {{"forward", total.forward_seconds / n}, {"backward", total.backward_seconds / n},
@@ -136,14 +136,14 @@ int run_bench_load(TrainOptions opt) {
   double before = peak_rss_mb();
   uint64_t model_bytes = 0;
   {
-    CheckpointReader ckpt(opt.model_dir);
+    CheckpointReader ckpt(opt.model.dir);
     for (const auto& k : ckpt.keys()) {
       const TensorInfo& ti = ckpt.info(k);
       model_bytes += ti.end - ti.begin;
     }
   }
-  opt.data.clear();
-  opt.eval_samples = 0;
+  opt.data.path.clear();
+  opt.data.eval_samples = 0;
   auto t0 = std::chrono::steady_clock::now();
   Trainer trainer(opt, comm);
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -167,8 +167,8 @@ int run_bench_load(TrainOptions opt) {
   }
   nlohmann::json out = {{"bench", "load"},
                         {"ranks", comm->size()},
-                        {"fsdp", opt.fsdp},
-                        {"ep", opt.ep},
+                        {"fsdp", opt.parallel.fsdp},
+                        {"ep", opt.parallel.ep},
                         {"mode", opt.full ? "full" : "lora"},
                         {"dtype", dtype_name(trainer.model().placement.dtype)},
                         {"model_mb", double(model_bytes) / (1 << 20)},
@@ -185,13 +185,13 @@ int run_bench_load(TrainOptions opt) {
 // prints one JSON object with every rank's figures.
 int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
   auto comm = Comm::create(World::from_env());
-  opt.data.clear();
-  opt.eval_samples = 0;
-  opt.fsdp = true;
+  opt.data.path.clear();
+  opt.data.eval_samples = 0;
+  opt.parallel.fsdp = true;
   Trainer trainer(opt, comm);
   const int W = comm->size();
-  int64_t S = opt.seq_len, share = opt.batch_size / W;
-  int64_t mbs = opt.micro_batch_size > 0 ? opt.micro_batch_size : share;
+  int64_t S = opt.data.seq_len, share = opt.optim.batch_size / W;
+  int64_t mbs = opt.memory.micro_batch_size > 0 ? opt.memory.micro_batch_size : share;
   // Each rank its own random share of the global batch.
   std::vector<Batch> batches = random_batches(trainer.model().config.vocab_size, share, S, mbs,
                                               opt.seed + 7919 * comm->rank());
@@ -199,12 +199,12 @@ int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
   uint64_t bytes0 = trainer.bytes_sent();
   double seconds = 0;
   int64_t tokens = 0;
-  for (int64_t i = 0; i < opt.steps; ++i) {
+  for (int64_t i = 0; i < opt.optim.steps; ++i) {
     StepStats st = trainer.step(batches);
     seconds += st.seconds;
     tokens += st.tokens;
   }
-  double bytes_per_step = double(trainer.bytes_sent() - bytes0) / double(opt.steps);
+  double bytes_per_step = double(trainer.bytes_sent() - bytes0) / double(opt.optim.steps);
   at::Tensor mine = at::tensor({peak_rss_mb(), bytes_per_step / (1 << 20),
                                 double(trainer.local_weight_bytes()) / (1 << 20), seconds},
                                at::kDouble).view({1, 4});
@@ -222,9 +222,9 @@ int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
     max_s = std::max(max_s, row[3].item<double>());
   }
   nlohmann::json out = {{"bench", "ep-rank"},
-                        {"ep", opt.ep},
+                        {"ep", opt.parallel.ep},
                         {"ranks", W},
-                        {"step_s", max_s / double(opt.steps)},
+                        {"step_s", max_s / double(opt.optim.steps)},
                         {"tokens_per_s", double(tokens) / max_s},
                         {"max_peak_rss_mb", max_rss},
                         {"max_sent_mb_per_step", max_mb},
@@ -238,30 +238,30 @@ int run_bench_ep_rank(TrainOptions opt, int64_t warmup) {
 // runs as its own `glint launch` job (so peak memory is each variant's own), and the
 // ratios compare them.
 int run_bench_ep(const TrainOptions& opt, int64_t ranks, int64_t warmup) {
-  GLINT_CHECK(!opt.model_dir.empty(), "bench ep: --model is required");
-  GLINT_CHECK(opt.ep > 1, "bench ep: --ep must be > 1 (the expert-parallel variant), got ", opt.ep);
+  GLINT_CHECK(!opt.model.dir.empty(), "bench ep: --model is required");
+  GLINT_CHECK(opt.parallel.ep > 1, "bench ep: --ep must be > 1 (the expert-parallel variant), got ", opt.parallel.ep);
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   auto variant = [&](int64_t ep) {
     std::ostringstream cmd;
-    cmd << self << " launch -n " << ranks << " -- " << self << " bench ep-rank --model " << opt.model_dir
-        << " --ep " << ep << " --steps " << opt.steps << " --warmup " << warmup << " --batch-size "
-        << opt.batch_size << " --seq-len " << opt.seq_len << " --micro-batch-size " << opt.micro_batch_size
-        << " --threads " << opt.threads << " --seed " << opt.seed << (opt.full ? " --full" : "");
+    cmd << self << " launch -n " << ranks << " -- " << self << " bench ep-rank --model " << opt.model.dir
+        << " --ep " << ep << " --steps " << opt.optim.steps << " --warmup " << warmup << " --batch-size "
+        << opt.optim.batch_size << " --seq-len " << opt.data.seq_len << " --micro-batch-size " << opt.memory.micro_batch_size
+        << " --threads " << opt.model.threads << " --seed " << opt.seed << (opt.full ? " --full" : "");
     std::string out = run_or_fail(cmd.str(), "bench ep");
     size_t at = out.find("{\"bench\":\"ep-rank\"");
     GLINT_CHECK(at != std::string::npos, "bench ep: no result in the output of\n  ", cmd.str(), "\n", out);
     return nlohmann::json::parse(out.substr(at, out.find('\n', at) - at));
   };
-  nlohmann::json fsdp = variant(1), ep = variant(opt.ep);
+  nlohmann::json fsdp = variant(1), ep = variant(opt.parallel.ep);
   auto ratio = [&](const char* key) { return ep[key].get<double>() / fsdp[key].get<double>(); };
   nlohmann::json out = {{"bench", "ep"},
-                        {"model", opt.model_dir},
+                        {"model", opt.model.dir},
                         {"mode", opt.full ? "full" : "lora"},
                         {"ranks", ranks},
-                        {"ep", opt.ep},
-                        {"ep_fsdp", ranks / opt.ep},
-                        {"batch_size", opt.batch_size},
-                        {"seq_len", opt.seq_len},
+                        {"ep", opt.parallel.ep},
+                        {"ep_fsdp", ranks / opt.parallel.ep},
+                        {"batch_size", opt.optim.batch_size},
+                        {"seq_len", opt.data.seq_len},
                         {"fsdp", fsdp},
                         {"ep_x_fsdp", ep},
                         {"ratio_ep_over_fsdp",
@@ -309,37 +309,37 @@ Action add_bench(CLI::App& app) {
   CLI::App* cmd = add_command(app, "bench");
   cmd->require_subcommand(1);
   auto opt = std::make_shared<TrainOptions>();
-  opt->steps = 3;
-  opt->batch_size = 4;
-  opt->seq_len = 512;
-  opt->lr = 1e-4;
+  opt->optim.steps = 3;
+  opt->optim.batch_size = 4;
+  opt->data.seq_len = 512;
+  opt->optim.lr = 1e-4;
   auto targets = std::make_shared<std::string>("all");
   auto warmup = std::make_shared<int64_t>(1);
   CLI::App* train = cmd->add_subcommand("train", "training step speed on the bench model (~0.25B MoE)");
   add_train_flags(train, opt.get(), targets.get());
   train->add_option("--warmup", *warmup, "untimed steps first")->capture_default_str();
   auto load_opt = std::make_shared<TrainOptions>();
-  load_opt->fsdp = true;
-  load_opt->batch_size = 4;
-  load_opt->seq_len = 16;
+  load_opt->parallel.fsdp = true;
+  load_opt->optim.batch_size = 4;
+  load_opt->data.seq_len = 16;
   CLI::App* load = cmd->add_subcommand(
       "load", "peak memory per rank while loading a checkpoint and in one training step");
-  load->add_option("--model", load_opt->model_dir, "Hugging Face model directory")->required();
-  load->add_flag("--fsdp,!--no-fsdp", load_opt->fsdp, "shard the layers (default) or replicate them")
+  load->add_option("--model", load_opt->model.dir, "Hugging Face model directory")->required();
+  load->add_flag("--fsdp,!--no-fsdp", load_opt->parallel.fsdp, "shard the layers (default) or replicate them")
       ->capture_default_str();
   load->add_flag("--full", load_opt->full, "full fine-tuning instead of LoRA");
-  load->add_option("--ep", load_opt->ep, "expert parallelism over N ranks")->capture_default_str();
-  load->add_option("--batch-size", load_opt->batch_size, "sequences in the training step")->capture_default_str();
-  load->add_option("--threads", load_opt->threads, "intra-op threads per rank (0: all cores)")->capture_default_str();
-  load->add_option("--dtype", load_opt->dtype, "weights and compute: auto, float32, bfloat16")->capture_default_str();
+  load->add_option("--ep", load_opt->parallel.ep, "expert parallelism over N ranks")->capture_default_str();
+  load->add_option("--batch-size", load_opt->optim.batch_size, "sequences in the training step")->capture_default_str();
+  load->add_option("--threads", load_opt->model.threads, "intra-op threads per rank (0: all cores)")->capture_default_str();
+  load->add_option("--dtype", load_opt->model.dtype, "weights and compute: auto, float32, bfloat16")->capture_default_str();
   // bench ep: the orchestrator, and the per-rank program it launches.
   auto ep_opt = std::make_shared<TrainOptions>();
   ep_opt->full = true;
-  ep_opt->ep = 4;
-  ep_opt->steps = 3;
-  ep_opt->batch_size = 8;
-  ep_opt->seq_len = 256;
-  ep_opt->threads = 1;
+  ep_opt->parallel.ep = 4;
+  ep_opt->optim.steps = 3;
+  ep_opt->optim.batch_size = 8;
+  ep_opt->data.seq_len = 256;
+  ep_opt->model.threads = 1;
   auto ep_ranks = std::make_shared<int64_t>(4);
   auto ep_warmup = std::make_shared<int64_t>(1);
   CLI::App* ep = cmd->add_subcommand(
@@ -347,14 +347,14 @@ Action add_bench(CLI::App& app) {
   CLI::App* ep_rank = cmd->add_subcommand("ep-rank", "one variant of bench ep (run under glint launch)");
   ep_rank->group("");  // internal
   for (CLI::App* c : {ep, ep_rank}) {
-    c->add_option("--model", ep_opt->model_dir, "Hugging Face model directory (an MoE model)")->required();
-    c->add_option("--ep", ep_opt->ep, "expert-parallel degree of the EP variant")->capture_default_str();
-    c->add_option("--steps", ep_opt->steps, "timed steps")->capture_default_str();
+    c->add_option("--model", ep_opt->model.dir, "Hugging Face model directory (an MoE model)")->required();
+    c->add_option("--ep", ep_opt->parallel.ep, "expert-parallel degree of the EP variant")->capture_default_str();
+    c->add_option("--steps", ep_opt->optim.steps, "timed steps")->capture_default_str();
     c->add_option("--warmup", *ep_warmup, "untimed steps first")->capture_default_str();
-    c->add_option("--batch-size", ep_opt->batch_size, "global sequences per step")->capture_default_str();
-    c->add_option("--micro-batch-size", ep_opt->micro_batch_size, "sequences per forward/backward (0: the whole batch)")->capture_default_str();
-    c->add_option("--seq-len", ep_opt->seq_len, "tokens per sequence")->capture_default_str();
-    c->add_option("--threads", ep_opt->threads, "intra-op threads per rank")->capture_default_str();
+    c->add_option("--batch-size", ep_opt->optim.batch_size, "global sequences per step")->capture_default_str();
+    c->add_option("--micro-batch-size", ep_opt->memory.micro_batch_size, "sequences per forward/backward (0: the whole batch)")->capture_default_str();
+    c->add_option("--seq-len", ep_opt->data.seq_len, "tokens per sequence")->capture_default_str();
+    c->add_option("--threads", ep_opt->model.threads, "intra-op threads per rank")->capture_default_str();
     c->add_option("--seed", ep_opt->seed, "random seed")->capture_default_str();
     c->add_flag("--full,!--lora", ep_opt->full, "full fine-tuning (default) or LoRA");
   }

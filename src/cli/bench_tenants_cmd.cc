@@ -62,11 +62,11 @@ int run_configuration(const BenchTenantsOptions& o) {
   std::string dir = (std::filesystem::temp_directory_path() / ("glint_bench_tenants_" + std::to_string(::getpid()))).string();
   make_dirs(dir);
   TrainOptions opt;
-  opt.model_config = c;
-  opt.seq_len = o.seq_len;
-  opt.threads = o.threads;
-  opt.steps = 1000;
-  opt.batch_size = o.rows;
+  opt.model.config = c;
+  opt.data.seq_len = o.seq_len;
+  opt.model.threads = o.threads;
+  opt.optim.steps = 1000;
+  opt.optim.batch_size = o.rows;
   for (int64_t t = 0; t < o.tenants; ++t) {
     // The trainer reads each tenant's data file; the bench feeds its own batches.
     std::string data = dir + "/t" + std::to_string(t) + ".jsonl";

@@ -30,7 +30,11 @@
 #include "generate/generate.h"
 #include "generate/generation_defaults.h"
 #include "export/from_checkpoint.h"
+#include "dist/comm.h"
+#include "dist/world.h"
+#include "io/model_files.h"
 #include "model/weights.h"
+#include "parallel/parallelize.h"
 
 namespace glint::cli {
 
@@ -177,7 +181,12 @@ int run_generate(const GenerateArgs& a) {
   sp.stop_token_ids.insert(sp.stop_token_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
   sp.validate("glint generate (--max-new-tokens)");
 
-  CausalLM model = from_pretrained(a.model, TensorPlacement{dtype, device});
+  // Laid out as a training run lays it (parallel/parallelize.h), on one process: built
+  // without its weights, which parallelize() reads.
+  TensorPlacement lazy{dtype, device};
+  lazy.lazy = true;
+  CausalLM model(ModelConfig::from_file(a.model + "/config.json"), lazy);
+  parallelize(*model, Comm::create(World{}, device), ParallelOptions{}, open_checkpoint(a.model, model->config).get());
   const int64_t vocab = model->config.vocab_size;
   for (size_t i = 0; i < request.prompt.size(); ++i)
     GLINT_CHECK(request.prompt[i] < vocab, a.prompt_ids.empty() ? "the prompt" : "--prompt-ids", ": token ", i,

@@ -71,8 +71,8 @@ Action add_serve(CLI::App& app) {
   auto opts = std::make_shared<TrainOptions>();
   auto args = std::make_shared<ServeArgs>();
   auto svc = std::make_shared<ServiceOptions>();
-  opts->dtype = "auto";
-  cmd->add_option("--model", opts->model_dir, "Hugging Face model directory to serve")->required();
+  opts->model.dtype = "auto";
+  cmd->add_option("--model", opts->model.dir, "Hugging Face model directory to serve")->required();
   cmd->add_option("--name", args->name, "the base model's name for clients (default: config.json's _name_or_path, "
                                         "else the directory's name)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
@@ -99,20 +99,20 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--http-threads", args->http_threads, "HTTP worker threads")->capture_default_str();
   cmd->add_flag("--access-log,!--no-access-log", args->access_log,
                 "a line on stderr per request: time, owner, route, status, milliseconds");
-  cmd->add_flag("--fsdp,!--no-fsdp", opts->fsdp, "shard decoder layers over the ranks");
-  cmd->add_option("--ep", opts->ep, "expert parallelism: experts sharded over N ranks")->capture_default_str();
-  cmd->add_option("--ep-layout", opts->ep_layout, "EP groups: contiguous or strided")->capture_default_str();
-  cmd->add_flag("--activation-checkpointing", opts->activation_checkpointing, "recompute each layer in backward");
-  opts->micro_batch_size = 8;
-  cmd->add_option("--micro-batch-size", opts->micro_batch_size, "rows per forward on a rank (0: all of its share at once)")
+  cmd->add_flag("--fsdp,!--no-fsdp", opts->parallel.fsdp, "shard decoder layers over the ranks");
+  cmd->add_option("--ep", opts->parallel.ep, "expert parallelism: experts sharded over N ranks")->capture_default_str();
+  cmd->add_option("--ep-layout", opts->parallel.ep_layout, "EP groups: contiguous or strided")->capture_default_str();
+  cmd->add_flag("--activation-checkpointing", opts->parallel.recompute, "recompute each layer in backward");
+  opts->memory.micro_batch_size = 8;
+  cmd->add_option("--micro-batch-size", opts->memory.micro_batch_size, "rows per forward on a rank (0: all of its share at once)")
       ->capture_default_str();
-  cmd->add_option("--dtype", opts->dtype, "auto, float32, bfloat16 or float64")->capture_default_str();
-  cmd->add_option("--device", opts->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", opts->threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--dtype", opts->model.dtype, "auto, float32, bfloat16 or float64")->capture_default_str();
+  cmd->add_option("--device", opts->model.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--threads", opts->model.threads, "intra-op threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "dropout streams (adapters take each model's own seed)")->capture_default_str();
   return [=]() -> int {
     const World world = World::from_env();
-    auto comm = Comm::create(world, resolve_device(opts->device, world.local_rank, "--device"));
+    auto comm = Comm::create(world, resolve_device(opts->model.device, world.local_rank, "--device"));
     const bool lead = comm->rank() == 0;
     if (!args->api_keys.empty()) {
       svc->api_keys = read_api_keys(args->api_keys);
@@ -125,9 +125,9 @@ Action add_serve(CLI::App& app) {
     GLINT_USAGE_CHECK(svc->max_tenants >= 1 && svc->max_rank >= 1 && svc->sampler_slots >= 1 && svc->max_pending >= 1,
                       "--max-tenants, --max-rank, --sampler-slots and --max-pending must be positive");
     GLINT_USAGE_CHECK(args->max_body_mb >= 1, "--max-body-mb must be positive");
-    opts->service_slots = svc->max_tenants + svc->sampler_slots;
-    opts->service_r_max = svc->max_rank;
-    opts->router_aux_loss_coef = 0;
+    opts->service.slots = svc->max_tenants + svc->sampler_slots;
+    opts->service.r_max = svc->max_rank;
+    opts->optim.router_aux_loss_coef = 0;
     opts->validate();
     Trainer trainer(*opts, comm);
     CycleExecutor executor(trainer);
@@ -143,15 +143,15 @@ Action add_serve(CLI::App& app) {
       svc->cycle_window = args->cycle_window_ms / 1000.0;
       svc->base_model = args->name;
       if (svc->base_model.empty()) {
-        nlohmann::json cfg = read_json_file(opts->model_dir + "/config.json");
+        nlohmann::json cfg = read_json_file(opts->model.dir + "/config.json");
         svc->base_model = cfg.value("_name_or_path", "");
         if (svc->base_model.empty())
-          svc->base_model = std::filesystem::path(opts->model_dir).lexically_normal().filename().string();
+          svc->base_model = std::filesystem::path(opts->model.dir).lexically_normal().filename().string();
         if (svc->base_model.empty() || svc->base_model == ".")
-          svc->base_model = std::filesystem::absolute(opts->model_dir).lexically_normal().parent_path().filename().string();
+          svc->base_model = std::filesystem::absolute(opts->model.dir).lexically_normal().parent_path().filename().string();
       }
-      if (path_exists(opts->model_dir + "/tokenizer.json")) {
-        auto tok = std::make_shared<Tokenizer>(Tokenizer::load(opts->model_dir));
+      if (path_exists(opts->model.dir + "/tokenizer.json")) {
+        auto tok = std::make_shared<Tokenizer>(Tokenizer::load(opts->model.dir));
         svc->encode = [tok](const std::string& s) {
           std::vector<int32_t> ids = tok->encode(s, /*add_special_tokens=*/false);
           return std::vector<int64_t>(ids.begin(), ids.end());
@@ -177,7 +177,7 @@ Action add_serve(CLI::App& app) {
       http = std::make_unique<HttpServer>(*service, args->max_body_mb << 20, args->http_threads);
       const int port = http->bind(args->host, args->port);
       http_thread = std::thread([&] { http->serve(); });
-      std::cerr << "glint serve: " << svc->base_model << " (" << opts->model_dir << "), "
+      std::cerr << "glint serve: " << svc->base_model << " (" << opts->model.dir << "), "
                 << svc->max_tenants << " model slots, rank <= " << svc->max_rank
                 << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())
                 << ", state in " << svc->state_dir << "\n"

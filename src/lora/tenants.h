@@ -27,13 +27,6 @@ namespace glint {
 
 class CausalLMImpl;
 
-struct TenantOptions {
-  std::string name;  // letters, digits, '-', '_', '.'; names OUT/<name>/
-  LoraOptions lora;  // rank, alpha, rsLoRA, targets
-  uint64_t seed = 0; // adapter initialisation (apply_lora's seed)
-  void validate(int64_t r_max) const;  // throws glint::Error naming the tenant and value
-};
-
 class TenantBank {
  public:
   // Attaches a routing adapter to every projection of `model` that LoRA can target and

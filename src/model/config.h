@@ -1,16 +1,53 @@
-// ModelConfig: the fields of a Hugging Face config.json that glint's decoder uses, for
-// every family. Each family's folder maps its config.json onto these fields (and back);
-// a field a family does not read keeps its default.
+// ModelConfig: the fields of a Hugging Face config.json that glint's decoder uses. The
+// shared decoder's (sizes, heads, norms, RoPE, the MoE block, the layer kinds) are
+// members; a family's own (MLA's latent ranks, DeepSeek-V4's compressed attention, Gated
+// DeltaNet's sizes) are its own struct in its folder, held by `family_fields`. Each
+// family's folder maps its config.json onto both (and back); a field a family does not
+// read keeps its default.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace glint {
+
+// The base of a family's own config struct. A family derives its struct from
+// FamilyFieldsOf<itself> and reads it with ModelConfig::fields<T>().
+struct FamilyFields {
+  virtual ~FamilyFields() = default;
+  virtual std::unique_ptr<FamilyFields> clone() const = 0;
+};
+
+template <typename T>
+struct FamilyFieldsOf : FamilyFields {
+  std::unique_ptr<FamilyFields> clone() const override {
+    return std::make_unique<T>(static_cast<const T&>(*this));
+  }
+};
+
+// Holds one FamilyFields, copied by value.
+class FamilyFieldsCopy {
+ public:
+  FamilyFieldsCopy() = default;
+  FamilyFieldsCopy(const FamilyFieldsCopy& o) : p_(o.p_ ? o.p_->clone() : nullptr) {}
+  FamilyFieldsCopy& operator=(const FamilyFieldsCopy& o) {
+    if (this != &o) p_ = o.p_ ? o.p_->clone() : nullptr;
+    return *this;
+  }
+  FamilyFieldsCopy(FamilyFieldsCopy&&) noexcept = default;
+  FamilyFieldsCopy& operator=(FamilyFieldsCopy&&) noexcept = default;
+  FamilyFields* get() const { return p_.get(); }
+  void reset(std::unique_ptr<FamilyFields> p) { p_ = std::move(p); }
+
+ private:
+  std::unique_ptr<FamilyFields> p_;
+};
 
 struct ModelConfig {
   std::string model_type = "qwen3_moe";  // selects the family (model/family.h)
@@ -57,9 +94,6 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id, pad_token_id;
   std::vector<int64_t> eos_token_id;   // config.json holds an int or a list
   bool eos_token_id_is_list = false;   // written back as a list (else as its one int)
-  // Multi-head latent attention (deepseek_v3). q_lora_rank 0: a plain q_proj.
-  int64_t q_lora_rank = 0, kv_lora_rank = 0;
-  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   // Routing beyond softmax top-k (deepseek_v3): sigmoid scores, a selection-only
   // correction bias per expert, group-limited top-k, a scale on the routed sum.
   std::string scoring_func = "softmax";  // "softmax" or "sigmoid"
@@ -69,29 +103,45 @@ struct ModelConfig {
   int64_t n_shared_experts = 0;          // shared experts, each moe_intermediate_size wide
   int64_t first_k_dense_replace = 0;     // the first k layers are dense
   int64_t moe_layer_freq = 1;            // then every moe_layer_freq-th layer is MoE
-  // Qwen3.5-MoE / Qwen3-Next: (1+w) RMSNorms (weights stored around zero), layer kinds,
-  // partial RoPE, Gated DeltaNet sizes, one shared expert behind a sigmoid gate.
+  // (1+w) RMSNorms, weights stored around zero (Qwen3.5-MoE, Qwen3-Next).
   bool norm_unit_offset = false;
-  std::vector<std::string> layer_types;  // "full_attention" / "linear_attention"; empty: all full
+  // Each layer's attention kind, as the family names it (Qwen3.5/Next: "full_attention" /
+  // "linear_attention"; DeepSeek-V4: "sliding_attention", "compressed_sparse_attention",
+  // "heavily_compressed_attention"); empty: every layer the family's default.
+  std::vector<std::string> layer_types;
   double partial_rotary_factor = 1.0;    // RoPE on the first head_dim * factor dims
-  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
-  int64_t linear_key_head_dim = 0, linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
+  int64_t sliding_window = 0;            // attention window in tokens; 0: unlimited
   int64_t shared_expert_intermediate_size = 0;  // 0: none; else "shared_expert" + its gate
-  // DeepSeek-V4: hyper-connection residual streams (hc_mult 0: a plain residual), attention
-  // over a sliding window plus compressed entries (layer_types "sliding_attention",
-  // "compressed_sparse_attention" (CSA, with the indexer), "heavily_compressed_attention"
-  // (HCA)), per-head sinks, grouped low-rank output, a second RoPE set ("compress":
-  // compress_rope_theta with rope_scaling) for compressed layers, sqrtsoftplus routing,
-  // hash routing by token id in "hash_moe" layers, clamped SwiGLU experts.
+  // Hyper-connection residual streams (DeepSeek-V4; hc_mult 0: a plain residual).
   int64_t hc_mult = 0, hc_sinkhorn_iters = 20;
   double hc_eps = 1e-6;
-  int64_t sliding_window = 0;            // 0: unlimited
-  int64_t compress_rate_csa = 4, compress_rate_hca = 128;
-  int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
-  int64_t o_groups = 0, o_lora_rank = 0;
-  double compress_rope_theta = 0.0;
-  std::vector<std::string> mlp_layer_types;  // "hash_moe" / "moe"; empty: every layer "moe"
-  double swiglu_limit = 0.0;             // 0: no clamp
+  // The MoE block's layer kinds: "hash_moe" (routing by token id) / "moe"; empty: every
+  // layer "moe". Experts' SwiGLU clamp: 0 none.
+  std::vector<std::string> mlp_layer_types;
+  double swiglu_limit = 0.0;
+  // The family's own fields (its folder's config struct); none: its defaults. Copied
+  // with the config.
+  FamilyFieldsCopy family_fields;
+
+  // The family's own fields, T being its struct: its defaults when none are set. A config
+  // holding another family's struct is a programming error (std::logic_error).
+  template <typename T>
+  const T& fields() const {
+    static const T kDefaults{};
+    if (!family_fields.get()) return kDefaults;
+    return checked<T>(family_fields.get());
+  }
+  // Whether the family fields held, if any, are T.
+  template <typename T>
+  bool holds_fields() const {
+    return !family_fields.get() || dynamic_cast<const T*>(family_fields.get()) != nullptr;
+  }
+  // For writing: made from the defaults when none are set.
+  template <typename T>
+  T& fields() {
+    if (!family_fields.get()) family_fields.reset(std::make_unique<T>());
+    return checked<T>(family_fields.get());
+  }
 
   // True when decoder layer `layer` uses the sparse MoE block.
   bool is_moe_layer(int64_t layer) const;
@@ -104,6 +154,14 @@ struct ModelConfig {
   // (the file) and the field.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& where);
   static ModelConfig from_file(const std::string& path);
+
+ private:
+  template <typename T>
+  T& checked(FamilyFields* f) const {
+    T* t = dynamic_cast<T*>(f);
+    if (!t) throw std::logic_error("the config of model_type " + model_type + " holds another family's fields");
+    return *t;
+  }
 };
 
 // A small Qwen3-MoE used by `glint train` with no --model and by tests.

@@ -55,22 +55,6 @@ void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool y
 // over the top level. A block whose type is not one of `types` is refused by name.
 void read_partial_rope(const nlohmann::json& j, const std::string& where, const std::vector<std::string>& types,
                        ModelConfig* c);
-// The hybrid layer kinds of Qwen3.5-MoE and Qwen3-Next, as layer_types names them.
-inline constexpr const char* kFullAttention = "full_attention";
-inline constexpr const char* kLinearAttention = "linear_attention";
-// The hybrid layer kinds (kLinearAttention / kFullAttention) of Qwen3.5-MoE and
-// Qwen3-Next into c->layer_types: from "layer_types" (the legacy "mamba" and "attention"
-// remapped), else layer l is full attention iff (l + 1) % full_attention_interval == 0
-// (default 4). Needs c->num_hidden_layers; the kinds and their count are the family's to check.
-void read_hybrid_layer_types(const nlohmann::json& j, const std::string& where, ModelConfig* c);
-// The fields read_hybrid_layer_types and the hybrid families read, as config.json holds
-// them: layer_types, the Gated DeltaNet sizes, the experts, the shared expert's width and
-// the router loss settings.
-void hybrid_json(const ModelConfig& c, nlohmann::json* j);
-// The checks of the hybrid layers (Qwen3.5-MoE, Qwen3-Next): head_dim, the Gated DeltaNet
-// sizes (value heads a multiple of key heads), an even, nonzero number of rotary dims, and
-// one known kind per layer in layer_types.
-void validate_hybrid_layers(const ModelConfig& c, const std::string& where);
 // The RoPE scaling as config.json's "rope_scaling" holds it: null when there is none.
 nlohmann::json rope_scaling_json(const ModelConfig::RopeScaling& r);
 // A "quantization_config" of the FP8 form the weight map dequantises (DeepSeek-V3, -V4):

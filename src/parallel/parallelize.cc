@@ -50,12 +50,12 @@ void check_parallel_options(const ModelConfig& config, int world_size, const Par
 }
 
 ParallelLayout parallelize(CausalLMImpl& model, std::shared_ptr<Comm> world, const ParallelOptions& options,
-                           CheckpointReader* checkpoint) {
+                           CheckpointReader* checkpoint, bool full) {
   const int W = world->size();
   check_parallel_options(model.config, W, options);
   ParallelLayout layout;
   layout.world = world;
-  layout.full = options.full;
+  layout.full = full;
   layout.expert_replicas = world;
   if (W > 1) {
     const World env = World::from_env();
@@ -72,11 +72,11 @@ ParallelLayout parallelize(CausalLMImpl& model, std::shared_ptr<Comm> world, con
   }
   // Whole tensors; under FSDP the root's alone (its shards are read below).
   if (checkpoint) load_weights(model, *checkpoint, /*parameters=*/!options.fsdp);
-  if (options.full)
+  if (full)
     for (ParameterSite& site : parameter_sites(model)) site.tensor.set_requires_grad(true);
   if (options.fsdp) {
     const bool overlap = options.fsdp_overlap == "on" || (options.fsdp_overlap == "auto" && model.placement.device.is_cuda());
-    layout.fsdp = std::make_shared<FsdpRunner>(model, world, options.full,
+    layout.fsdp = std::make_shared<FsdpRunner>(model, world, full,
                                                std::vector<std::vector<at::Tensor>>(size_t(model.config.num_hidden_layers)),
                                                checkpoint, options.ep > 1 ? layout.expert_replicas : nullptr, overlap);
     layout.runner = layout.fsdp;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/parallel_options.h"
+
 namespace glint {
 
 class CausalLMImpl;
@@ -27,16 +29,6 @@ class DeviceMesh;
 class FsdpRunner;
 class RecomputeRunner;
 struct ModelConfig;
-
-struct ParallelOptions {
-  int64_t ep = 1;                        // experts sharded over ep ranks
-  std::string ep_layout = "contiguous";  // EP groups: "contiguous" ranks or "strided"
-  bool fsdp = false;                     // shard decoder layers (ZeRO-3; recomputes each layer)
-  bool recompute = false;                // recompute each decoder layer in backward
-  bool full = false;                     // every parameter trains (FSDP's shards require grad)
-  // FSDP: prefetch and asynchronous reduce-scatter: "on", "off", or "auto" (on for a GPU).
-  std::string fsdp_overlap = "auto";
-};
 
 // The groups a parallelized model computes over, and what parallelize() reports.
 struct ParallelLayout {
@@ -62,8 +54,10 @@ struct ParallelLayout {
 void check_parallel_options(const ModelConfig& config, int world_size, const ParallelOptions& options);
 
 // Collective over `world`. `checkpoint`: the model's weights are lazy and read from it
-// (each rank only what it keeps); null: the model already holds its weights.
+// (each rank only what it keeps); null: the model already holds its weights. `full`:
+// every parameter of the model trains (a --full run): they require grad, and under FSDP
+// each rank's shards are the trainable tensors.
 ParallelLayout parallelize(CausalLMImpl& model, std::shared_ptr<Comm> world, const ParallelOptions& options,
-                           CheckpointReader* checkpoint);
+                           CheckpointReader* checkpoint, bool full = false);
 
 }  // namespace glint

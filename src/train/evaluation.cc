@@ -18,7 +18,7 @@ double Trainer::evaluate_loss(const std::vector<Sample>& samples, int64_t batch_
   const int W = comm_->size(), r = comm_->rank();
   const int64_t share = batch_size / W, n = int64_t(samples.size());
   int64_t batches = (n + batch_size - 1) / batch_size;
-  if (opt_.eval_batches > 0) batches = std::min(batches, opt_.eval_batches);
+  if (opt_.data.eval_batches > 0) batches = std::min(batches, opt_.data.eval_batches);
   // Rows that train nothing fill the ranks' shares of the last batch, so that every rank
   // runs as many forwards (each one collective under FSDP and EP). Unpacked: a row per
   // sample, so the count does not depend on the lengths either.

@@ -79,21 +79,6 @@ void AdamW::zero_grad() {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> sq;
-  for (const auto& p : params)
-    if (p.grad().defined()) sq.push_back(p.grad().to(at::kDouble).pow(2).sum());
-  if (sq.empty()) return 0.0;
-  double norm = std::sqrt(at::stack(sq).sum().item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    double coef = max_norm / (norm + 1e-6);
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(coef);
-  }
-  return norm;
-}
-
 double LrSchedule::at(int64_t step) const {
   if (warmup_steps > 0 && step <= warmup_steps)
     return peak_lr * double(step) / double(warmup_steps);

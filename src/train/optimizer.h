@@ -1,5 +1,5 @@
-// AdamW with decoupled weight decay, global-norm gradient clipping, and the learning
-// rate schedule (linear warmup, then cosine decay).
+// AdamW with decoupled weight decay, and the learning rate schedule (linear warmup, then
+// cosine decay). Clipping is the step engine's (train/step_engine.h): its norm is over ranks.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,15 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace glint {
+#include "train/adamw_options.h"
 
-struct AdamWOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;  // decoupled: p -= lr * wd * p
-  void validate(const std::string& where) const;
-};
+namespace glint {
 
 // Keeps float32 moments for each parameter. A parameter narrower than float32 (bf16,
 // float16) also gets a float32 master copy: the update is applied to the master and the
@@ -51,10 +45,6 @@ class AdamW {
   AdamWOptions options_;
   int64_t step_ = 0;
 };
-
-// L2 norm over all gradients (float64 accumulation) before clipping; when max_norm > 0
-// and the norm exceeds it, every gradient is scaled by max_norm / (norm + 1e-6).
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
 
 struct LrSchedule {
   double peak_lr = 1e-4;

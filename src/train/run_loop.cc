@@ -29,7 +29,7 @@ void RunLoop::run() {
   const bool tenant_run = !job_.tenant_learners().empty();
   // Rank 0 reports and writes; the other ranks train silently beside it.
   const bool lead = comm.rank() == 0;
-  GLINT_CHECK(!opt.output.empty(), "the run has no output directory (TrainOptions::output)");
+  GLINT_CHECK(!opt.run.output.empty(), "the run has no output directory (TrainOptions::output)");
   StopSignals stop_signals;
   const bool resumed = start_step > 0;
   const Learner* own = tenant_run ? nullptr : job_.learners().front().get();  // the run's own adapter or parameters
@@ -46,25 +46,25 @@ void RunLoop::run() {
     return std::make_unique<MetricsWriter>(path, resumed);
   };
   if (lead) {
-    make_dirs(opt.output);
-    metrics = open_metrics(opt.output + "/metrics.jsonl", start_step);
+    make_dirs(opt.run.output);
+    metrics = open_metrics(opt.run.output + "/metrics.jsonl", start_step);
   }
   job_.save_random_base();
   // Multi-tenant: each tenant's steps also go to OUT/<tenant>/metrics.jsonl.
   std::map<std::string, std::unique_ptr<MetricsWriter>> tenant_metrics;
   if (lead)
     for (const auto& t : job_.tenant_learners()) {
-      make_dirs(opt.output + "/" + t->name);
-      tenant_metrics[t->name] = open_metrics(opt.output + "/" + t->name + "/metrics.jsonl", t->step);
+      make_dirs(opt.run.output + "/" + t->name);
+      tenant_metrics[t->name] = open_metrics(opt.run.output + "/" + t->name + "/metrics.jsonl", t->step);
     }
   // OUT/report.html, refreshed with every readable line (glint plot draws the same). A
   // failure to draw it is reported once and never stops the training.
   std::unique_ptr<ReportWriter> report;
   std::string report_error;
-  if (lead) report = std::make_unique<ReportWriter>(opt.output);
+  if (lead) report = std::make_unique<ReportWriter>(opt.run.output);
   // A resumed run's elapsed time goes on from its last record (at the checkpoint's step).
-  const double earlier_seconds = lead && resumed ? last_record_number(opt.output + "/metrics.jsonl", "elapsed_s", 0) : 0;
-  Progress progress(lead ? opt.steps - start_step : 0, earlier_seconds);
+  const double earlier_seconds = lead && resumed ? last_record_number(opt.run.output + "/metrics.jsonl", "elapsed_s", 0) : 0;
+  Progress progress(lead ? opt.optim.steps - start_step : 0, earlier_seconds);
   auto refresh_report = [&] {
     if (!report) return;
     std::string error = report->try_write();
@@ -76,24 +76,24 @@ void RunLoop::run() {
   };
   for (const std::string& line : job_.setup_report()) say(line);
   for (const std::string& line : notes) say(line);
-  if (resumed && start_step >= opt.steps) {
-    say("step " + std::to_string(start_step) + " is the run's last (--steps " + std::to_string(opt.steps) +
+  if (resumed && start_step >= opt.optim.steps) {
+    say("step " + std::to_string(start_step) + " is the run's last (--steps " + std::to_string(opt.optim.steps) +
         "): nothing is left to train; writing its outputs from the checkpoint");
     if (lead) progress.finish();
     job_.save_outputs();
     return;
   }
   say("each line: loss and tok/s are means over the steps since the previous line; grad_norm and lr are the "
-      "line's step's (every step is in " + opt.output + "/metrics.jsonl)");
+      "line's step's (every step is in " + opt.run.output + "/metrics.jsonl)");
   const uint64_t eval_seed = opt.seed + 1000003;  // held-out samples: a different stream
   // Sharded layers and experts make every forward collective: then all ranks evaluate.
-  const bool evaluates = job_.builtin_task() && opt.eval_samples > 0 && (lead || job_.forwards_are_collective());
+  const bool evaluates = job_.builtin_task() && opt.data.eval_samples > 0 && (lead || job_.forwards_are_collective());
   char buf[512];
   double first_acc = -1, last_acc = -1;
   if (evaluates && !resumed) {
-    first_acc = job_.evaluate_exact_match(opt.eval_samples, eval_seed);
-    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt.steps).size()),
-                  0, (long long)opt.steps, 100 * first_acc);
+    first_acc = job_.evaluate_exact_match(opt.data.eval_samples, eval_seed);
+    std::snprintf(buf, sizeof buf, "step %*d/%lld  held-out exact match %5.1f%%", int(std::to_string(opt.optim.steps).size()),
+                  0, (long long)opt.optim.steps, 100 * first_acc);
     say(buf);
   }
   // Means over the steps since the previous line: the run's, and each tenant's.
@@ -103,11 +103,11 @@ void RunLoop::run() {
   } window;
   std::map<std::string, Window> tenant_window;
   double first_loss = 0, last_loss = 0;
-  const int width = int(std::to_string(opt.steps).size());
+  const int width = int(std::to_string(opt.optim.steps).size());
   auto wall_time = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
-  for (int64_t s = start_step + 1; s <= opt.steps; ++s) {
+  for (int64_t s = start_step + 1; s <= opt.optim.steps; ++s) {
     StepStats st = job_.step(job_.next_micro_batches());
     if (s == start_step + 1) first_loss = st.loss;
     last_loss = st.loss;
@@ -121,12 +121,12 @@ void RunLoop::run() {
       ++w.steps;
     }
     // Collective parts first (every rank): evaluations, the stop request, the checkpoint.
-    const bool eval_now = (opt.eval_every > 0 && s % opt.eval_every == 0) || s == opt.steps;
-    if (evaluates && eval_now) last_acc = job_.evaluate_exact_match(opt.eval_samples, eval_seed);
+    const bool eval_now = (opt.run.eval_every > 0 && s % opt.run.eval_every == 0) || s == opt.optim.steps;
+    if (evaluates && eval_now) last_acc = job_.evaluate_exact_match(opt.data.eval_samples, eval_seed);
     double eval_loss = -1;
     int64_t eval_tokens = 0;
     if (eval_now && own && !own->eval_samples.empty())
-      eval_loss = job_.evaluate_loss(own->eval_samples, opt.batch_size, -1, &eval_tokens);
+      eval_loss = job_.evaluate_loss(own->eval_samples, opt.optim.batch_size, -1, &eval_tokens);
     std::map<std::string, double> tenant_eval;
     for (const auto& t : job_.tenant_learners())
       if (eval_now && !t->eval_samples.empty())
@@ -135,10 +135,10 @@ void RunLoop::run() {
     at::Tensor stop = at::tensor({double(StopSignals::received())}, at::kDouble);
     if (comm.size() > 1) comm.all_reduce_sum(stop);
     const bool signalled = stop.item<double>() != 0;
-    const bool stopping = signalled || (opt.stop_after > 0 && s == opt.stop_after && s < opt.steps);
+    const bool stopping = signalled || (opt.run.stop_after > 0 && s == opt.run.stop_after && s < opt.optim.steps);
     if (lead) {
       const double epoch =
-          !own || own->samples.empty() ? 0 : double(s) * double(opt.batch_size) / double(own->samples.size());
+          !own || own->samples.empty() ? 0 : double(s) * double(opt.optim.batch_size) / double(own->samples.size());
       nlohmann::json rec = {{"step", s},
                             {"loss", st.loss},
                             {"tokens", st.tokens},
@@ -195,9 +195,9 @@ void RunLoop::run() {
         std::snprintf(buf, sizeof buf, "loss %.4f  lr %.2e  %.0f tok/s", st.loss, st.lr, st.tokens / st.seconds);
       progress.update(s - start_step, buf);
       // The first step gets a line at once: a slow step should not leave the screen blank.
-      if (s == start_step + 1 || s % opt.log_every == 0 || s == opt.steps || eval_now || stopping) {
+      if (s == start_step + 1 || s % opt.run.log_every == 0 || s == opt.optim.steps || eval_now || stopping) {
         int n = std::snprintf(buf, sizeof buf, "step %*lld/%lld  loss%s %.4f", width, (long long)s,
-                              (long long)opt.steps, tenant_run ? " (all tenants)" : "", window.loss / double(window.steps));
+                              (long long)opt.optim.steps, tenant_run ? " (all tenants)" : "", window.loss / double(window.steps));
         if (!tenant_run) n += std::snprintf(buf + n, sizeof buf - n, "  grad_norm %.3f  lr %.2e", st.grad_norm, st.lr);
         n += std::snprintf(buf + n, sizeof buf - n, "  %.0f tok/s", double(window.tokens) / window.seconds);
         if (!tenant_run) n += std::snprintf(buf + n, sizeof buf - n, "  epoch %.2f", epoch);
@@ -222,7 +222,7 @@ void RunLoop::run() {
         refresh_report();
       }
     }
-    if (stopping || (opt.save_every > 0 && (s % opt.save_every == 0 || s == opt.steps))) {
+    if (stopping || (opt.run.save_every > 0 && (s % opt.run.save_every == 0 || s == opt.optim.steps))) {
       job_.save_checkpoint_now();
       say("checkpoint " + job_.last_checkpoint());
     }
@@ -234,7 +234,7 @@ void RunLoop::run() {
       say(std::string("stopped by ") +
           (!signalled ? "--stop-after" : sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal to another rank") +
           " after step " + std::to_string(s) + "; to continue: " +
-          launch_command_line(World::from_env().launch_json(), "glint train --resume " + opt.output));
+          launch_command_line(World::from_env().launch_json(), "glint train --resume " + opt.run.output));
       return;
     }
   }
@@ -245,7 +245,7 @@ void RunLoop::run() {
   refresh_report();
   progress.finish();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step %lld -> %.4f at step %lld in %s", first_loss,
-                        (long long)(start_step + 1), last_loss, (long long)opt.steps,
+                        (long long)(start_step + 1), last_loss, (long long)opt.optim.steps,
                         format_duration(progress.elapsed_seconds()).c_str());
   if (first_acc >= 0 && last_acc >= 0)
     std::snprintf(buf + n, sizeof buf - n, "; held-out exact match %.1f%% -> %.1f%%", 100 * first_acc,

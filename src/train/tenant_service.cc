@@ -50,9 +50,9 @@ void Trainer::refresh_adapter_inputs() {
 }
 
 void Trainer::add_service_tenant(const TenantOptions& tenant, bool trainable) {
-  GLINT_ASSERT(bank_ && opt_.service_slots > 0, "add_service_tenant outside service mode");
+  GLINT_ASSERT(bank_ && opt_.service.slots > 0, "add_service_tenant outside service mode");
   int64_t slot = -1;  // add() throws before anything changes; it reads the layers' shapes
-  if (fsdp_) fsdp_->with_layer_shapes([&] { slot = bank_->add(tenant); });
+  if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes([&] { slot = bank_->add(tenant); });
   else slot = bank_->add(tenant);
   LoraModel& lora = bank_->adapter(slot);
   const AdamWOptions adam;  // each update sends its own
@@ -204,7 +204,7 @@ void Trainer::save_service_state(const std::string& name, const std::string& dir
                 {"training", "service tenant"},
                 {"lora", {{"r", o.r}, {"alpha", o.alpha}, {"rslora", o.use_rslora},
                           {"target_modules", o.target_modules}, {"target_parameters", o.target_parameters}}}};
-  c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
+  c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.parallel.ep}, {"ep_layout", opt_.parallel.ep_layout}, {"fsdp", opt_.parallel.fsdp}};
   c.state = {{"optimizer_steps", c.step}, {"optimizer", optimizer && t.optimizer}, {"gradients", gradients}};
   add_state_pieces(c.pieces, t, t.params, optimizer ? t.optimizer.get() : nullptr, "");
   if (gradients) {
@@ -275,7 +275,7 @@ void Trainer::load_service_adapter(const std::string& name, const std::string& d
 }
 
 std::vector<GenerationResult> Trainer::service_generate(const std::vector<GenerationRequest>& requests) {
-  if (fsdp_) fsdp_->gather(fsdp_->root_unit());
+  if (FsdpRunner* f = fsdp_runner()) f->gather(f->root_unit());
   GenerateOptions options;
   options.tenants = bank_.get();
   if (comm_->size() > 1)
@@ -289,10 +289,10 @@ std::vector<GenerationResult> Trainer::service_generate(const std::vector<Genera
   try {
     out = generate(*model_, requests, {}, options);
   } catch (...) {
-    if (fsdp_) fsdp_->release(fsdp_->root_unit());
+    if (FsdpRunner* f = fsdp_runner()) f->release(f->root_unit());
     throw;
   }
-  if (fsdp_) fsdp_->release(fsdp_->root_unit());
+  if (FsdpRunner* f = fsdp_runner()) f->release(f->root_unit());
   return out;
 }
 

@@ -18,9 +18,8 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   TenantSpec t;
   t.adapter.lora = d.lora;
   t.seed = d.seed;
-  t.warmup_steps = d.warmup_steps;
-  t.adam = d.adam;
-  t.adam.weight_decay = d.weight_decay;
+  t.warmup_steps = d.optim.warmup_steps;
+  t.adam = d.optim.adam;
   bool has_r = false, has_alpha = false;
   std::stringstream in(text);
   std::string item;
@@ -61,9 +60,9 @@ TenantSpec TenantSpec::parse(const std::string& text, const TrainOptions& d) {
   GLINT_CHECK(!t.adapter.name.empty(), "--tenant ", text, ": name= is required");
   GLINT_CHECK(!t.data.empty(), "--tenant ", text, ": data= is required");
   GLINT_CHECK(t.steps >= 0 && t.batch_size >= 0 && t.lr >= 0, "--tenant ", text, ": steps, batch and lr must be >= 0");
-  if (t.steps == 0) t.steps = d.steps;
-  if (t.batch_size == 0) t.batch_size = d.batch_size;
-  if (t.lr == 0) t.lr = d.lr;
+  if (t.steps == 0) t.steps = d.optim.steps;
+  if (t.batch_size == 0) t.batch_size = d.optim.batch_size;
+  if (t.lr == 0) t.lr = d.optim.lr;
   t.adam.validate("--tenant " + text);
   t.adapter.seed = t.seed + 2;  // as apply_lora's seed in a single-adapter run
   return t;
@@ -91,10 +90,10 @@ void Trainer::setup_tenants(std::vector<std::vector<Sample>> data, std::vector<s
     l.schedule.peak_lr = spec.lr;
     l.schedule.total_steps = spec.steps;
     l.schedule.warmup_steps = spec.warmup_steps >= 0 ? spec.warmup_steps : spec.steps / 20;
-    l.schedule.min_lr_ratio = opt_.min_lr_ratio;
+    l.schedule.min_lr_ratio = opt_.optim.min_lr_ratio;
     steps = std::max(steps, spec.steps);
   }
-  opt_.steps = steps;  // the run lasts until the last tenant is done
+  opt_.optim.steps = steps;  // the run lasts until the last tenant is done
 }
 
 }  // namespace glint

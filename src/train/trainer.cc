@@ -38,138 +38,40 @@
 
 namespace glint {
 
-void TrainOptions::validate() const {
-  GLINT_USAGE_CHECK(steps >= 0, "--steps must be positive (or 0: from --epochs), got ", steps);
-  GLINT_USAGE_CHECK(std::isfinite(epochs) && epochs >= 0, "--epochs must be positive, got ", epochs);
-  GLINT_USAGE_CHECK(steps > 0 || epochs > 0, "--steps 0 counts the steps from --epochs, which is not set");
-  GLINT_USAGE_CHECK(steps > 0 || service_slots > 0 || !data.empty() || !tenants.empty(),
-                    "--epochs needs --data (the built-in task is endless: give --steps)");
-  GLINT_USAGE_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
-  GLINT_USAGE_CHECK(micro_batch_size >= 0, "--micro-batch-size must be >= 0, got ", micro_batch_size);
-  GLINT_USAGE_CHECK(fsdp_overlap == "auto" || fsdp_overlap == "on" || fsdp_overlap == "off",
-                    "--fsdp-overlap must be auto, on or off, got '", fsdp_overlap, "'");
-  if (micro_batch_size > 0)
-    GLINT_USAGE_CHECK(batch_size % micro_batch_size == 0, "--batch-size (", batch_size,
-                ") must be a multiple of --micro-batch-size (", micro_batch_size, ")");
-  GLINT_USAGE_CHECK(seq_len >= 0 && seq_len != 1, "--seq-len must be >= 2, got ", seq_len);
-  GLINT_USAGE_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
-  GLINT_USAGE_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1], got ",
-              min_lr_ratio);
-  GLINT_USAGE_CHECK(max_grad_norm >= 0, "--max-grad-norm must be >= 0, got ", max_grad_norm);
-  GLINT_USAGE_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
-  GLINT_USAGE_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
-  GLINT_USAGE_CHECK(log_every > 0, "--log-every must be positive, got ", log_every);
-  GLINT_USAGE_CHECK(max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", max_bad_lines);
-  GLINT_USAGE_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
-  GLINT_USAGE_CHECK(service_slots == 0 || (tenants.empty() && data.empty() && !full && resume.empty()),
-                    "service mode trains the tenants it is sent: no --data, --tenant, --full or --resume");
-  GLINT_USAGE_CHECK(service_slots == 0 || service_r_max > 0, "--max-rank must be positive, got ", service_r_max);
-  GLINT_USAGE_CHECK(tenants.empty() || data.empty(), "--data and --tenant do not go together: each tenant names its own data");
-  GLINT_USAGE_CHECK(std::isfinite(router_aux_loss_coef), "--router-aux-loss-coef must be a number, got ",
-                    router_aux_loss_coef);
-  GLINT_USAGE_CHECK(std::isfinite(router_bias_update_rate) && router_bias_update_rate >= 0,
-                    "--router-bias-update-rate must be >= 0, got ", router_bias_update_rate);
-  GLINT_USAGE_CHECK(tenants.empty() || router_bias_update_rate == 0,
-                    "--router-bias-update-rate does not go with --tenant: the tenants share the base model's routers");
-  GLINT_USAGE_CHECK(tenants.empty() || router_aux_loss_coef <= 0,
-                    "--router-aux-loss-coef does not go with --tenant: the load-balancing loss is a statistic of "
-                    "the whole batch and would couple the tenants");
-  GLINT_USAGE_CHECK(tenants.empty() || lora.dropout == 0,
-                    "--lora-dropout does not go with --tenant (tenant adapters train without dropout)");
-  GLINT_USAGE_CHECK(full || lora.r > 0, "--lora-r must be positive, got ", lora.r);
-  GLINT_USAGE_CHECK(full || (std::isfinite(lora.alpha) && lora.alpha > 0), "--lora-alpha must be positive, got ",
-                    lora.alpha);
-  GLINT_USAGE_CHECK(lora.dropout >= 0 && lora.dropout < 1, "--lora-dropout must be in [0, 1), got ", lora.dropout);
-  GLINT_USAGE_CHECK(ep >= 1, "--ep must be at least 1, got ", ep);
-  auto data_file = [](const std::string& path, const char* flag) {
-    GLINT_USAGE_CHECK(path.empty() || path_exists(path), flag, " ", path, ": no such file");
-    GLINT_USAGE_CHECK(path.empty() || !is_directory(path), flag, " ", path,
-                      " is a directory; it takes one JSONL file (one JSON object per line)");
-  };
-  data_file(data, "--data");
-  data_file(eval_data, "--eval-data");
-  GLINT_USAGE_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
-  GLINT_USAGE_CHECK(eval_batches >= 0, "--eval-batches must be >= 0, got ", eval_batches);
-  GLINT_USAGE_CHECK(save_every >= 0, "--save-every must be >= 0, got ", save_every);
-  GLINT_USAGE_CHECK(stop_after >= 0, "--stop-after must be >= 0, got ", stop_after);
-  GLINT_USAGE_CHECK(keep_last >= 0, "--keep-last must be a count of checkpoints or all, got ", keep_last);
-  GLINT_USAGE_CHECK(init_adapter.empty() || !full, "--init-adapter starts LoRA training; it does not go with --full");
-  GLINT_USAGE_CHECK(init_adapter.empty() || tenants.empty(),
-                    "--init-adapter does not go with --tenant (each tenant starts from its own initialisation)");
-  GLINT_USAGE_CHECK(init_adapter.empty() || path_exists(init_adapter + "/adapter_config.json"), "--init-adapter ",
-                    init_adapter, ": no adapter_config.json (is this a PEFT adapter directory?)");
-  for (const TenantSpec& t : tenants) {
-    const std::string tenant = "--tenant " + t.adapter.name + ":";
-    data_file(t.data, (tenant + " data").c_str());
-    data_file(t.eval_data, (tenant + " eval").c_str());
-  }
-  GLINT_USAGE_CHECK(model_dir.empty() || path_exists(model_dir + "/config.json"), "--model ", model_dir,
-                    ": no config.json (is this a Hugging Face model directory?)");
-  GLINT_USAGE_CHECK(tokenizer.empty() || path_exists(tokenizer + "/tokenizer.json"), "--tokenizer ", tokenizer,
-                    ": no tokenizer.json");
-  if (!memory_budget.empty()) parse_memory_size(memory_budget, "--memory-budget");
-  if (dtype != "auto") {
-    c10::ScalarType dt;
-    try {
-      dt = parse_dtype(dtype, "--dtype");
-    } catch (const Error& e) {
-      usage_fail(e.what());
-    }
-    GLINT_USAGE_CHECK(dt != at::kHalf,
-                      "--dtype float16 is not supported for training: its narrow range needs loss scaling to keep "
-                      "small gradients from vanishing, which glint does not do; use --dtype bfloat16 (same speed on "
-                      "every GPU that has float16 tensor cores since Ampere, and float32's range) or float32");
-  }
-  GLINT_USAGE_CHECK(device == "auto" || device == "cpu" || device.rfind("cuda", 0) == 0, "--device: unknown device '",
-                    device, "' (expected auto, cpu, cuda or cuda:N)");
-  GLINT_USAGE_CHECK(device.rfind("cuda", 0) != 0 || at::hasCUDA(), "--device ", device,
-                    ": this build of glint has no CUDA, or no GPU is present (glint --version names the libtorch it "
-                    "was built against; scripts/build.sh takes a CUDA PyTorch's when python3 can import one)");
-  adam.validate("AdamW options");
-  if (!full) lora.validate("LoRA options");
-}
-
 Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     : opt_(std::move(options)), comm_(comm ? std::move(comm) : Comm::create(World{})) {
   opt_.validate();
   const int W = comm_->size();
-  GLINT_USAGE_CHECK(opt_.batch_size % W == 0, "--batch-size (", opt_.batch_size,
+  GLINT_USAGE_CHECK(opt_.optim.batch_size % W == 0, "--batch-size (", opt_.optim.batch_size,
               ") must be a multiple of the number of ranks (", W, ")");
-  if (opt_.micro_batch_size > 0)
-    GLINT_USAGE_CHECK((opt_.batch_size / W) % opt_.micro_batch_size == 0, "each rank's share of --batch-size (",
-                opt_.batch_size / W, ") must be a multiple of --micro-batch-size (",
-                opt_.micro_batch_size, ")");
-  compat::set_cpu_threads(opt_.threads > 0 ? int(opt_.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
-  const c10::Device device = resolve_device(opt_.device, World::from_env().local_rank, "--device");
-  TensorPlacement place{resolve_dtype(opt_.dtype, device, "--dtype"), device};
+  if (opt_.memory.micro_batch_size > 0)
+    GLINT_USAGE_CHECK((opt_.optim.batch_size / W) % opt_.memory.micro_batch_size == 0, "each rank's share of --batch-size (",
+                opt_.optim.batch_size / W, ") must be a multiple of --micro-batch-size (",
+                opt_.memory.micro_batch_size, ")");
+  compat::set_cpu_threads(opt_.model.threads > 0 ? int(opt_.model.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  const c10::Device device = resolve_device(opt_.model.device, World::from_env().local_rank, "--device");
+  TensorPlacement place{resolve_dtype(opt_.model.dtype, device, "--dtype"), device};
   std::unique_ptr<CheckpointReader> checkpoint;
-  const bool service = opt_.service_slots > 0;
-  builtin_task_ = !service && opt_.data.empty() && opt_.tenants.empty();
-  if (opt_.model_dir.empty()) {
-    model_ = CausalLM(opt_.model_config ? *opt_.model_config
+  const bool service = opt_.service.slots > 0;
+  builtin_task_ = !service && opt_.data.path.empty() && opt_.tenants.empty();
+  if (opt_.model.dir.empty()) {
+    model_ = CausalLM(opt_.model.config ? *opt_.model.config
                                         : tiny_moe_config(ReverseDigitsTask::kVocabSize),
                       place);
     init_weights(*model_, opt_.seed);
   } else {
-    std::string cfg_path = opt_.model_dir + "/config.json";
-    GLINT_CHECK(path_exists(cfg_path), opt_.model_dir, ": no config.json (is this a Hugging Face model directory?)");
+    std::string cfg_path = opt_.model.dir + "/config.json";
+    GLINT_CHECK(path_exists(cfg_path), opt_.model.dir, ": no config.json (is this a Hugging Face model directory?)");
     // Built without writing the weights: each rank reads only what it keeps below (its
     // experts under EP; under FSDP nothing here, its shard of every tensor in FsdpRunner).
     TensorPlacement lazy = place;
     lazy.lazy = true;
     ModelConfig config = ModelConfig::from_file(cfg_path);  // its errors first
-    checkpoint = open_checkpoint(opt_.model_dir, config);
+    checkpoint = open_checkpoint(opt_.model.dir, config);
     model_ = CausalLM(config, lazy);
   }
-  ParallelOptions parallel;
-  parallel.ep = opt_.ep;
-  parallel.ep_layout = opt_.ep_layout;
-  parallel.fsdp = opt_.fsdp;
-  parallel.recompute = opt_.activation_checkpointing;
-  parallel.full = opt_.full;
-  parallel.fsdp_overlap = opt_.fsdp_overlap;
-  check_parallel_options(model_->config, W, parallel);
-  if (opt_.router_bias_update_rate > 0) {
+  check_parallel_options(model_->config, W, opt_.parallel);
+  if (opt_.optim.router_bias_update_rate > 0) {
     bool any = false;
     for (int64_t l = 0; l < model_->config.num_hidden_layers; ++l)
       if (DecoderLayer layer = model_->layer(l); layer->moe) any |= layer->moe->gate->e_score_correction_bias.defined();
@@ -178,18 +80,18 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
   }
   // transformers' load-balancing loss is defined on softmax router probabilities; a
   // sigmoid router (DeepSeek-V3) is balanced by its correction bias instead.
-  GLINT_USAGE_CHECK(opt_.router_aux_loss_coef <= 0 || model_->config.scoring_func == "softmax",
+  GLINT_USAGE_CHECK(opt_.optim.router_aux_loss_coef <= 0 || model_->config.scoring_func == "softmax",
                     "--router-aux-loss-coef: this ", model_->config.model_type, " model routes with ",
                     model_->config.scoring_func, " scores, for which the load-balancing loss is not defined; use "
                     "--router-bias-update-rate (aux-loss-free balancing)");
-  if (opt_.router_aux_loss_coef >= 0) {  // the CLI's choice over config.json's
-    model_->config.output_router_logits = opt_.router_aux_loss_coef > 0;
-    model_->config.router_aux_loss_coef = opt_.router_aux_loss_coef;
+  if (opt_.optim.router_aux_loss_coef >= 0) {  // the CLI's choice over config.json's
+    model_->config.output_router_logits = opt_.optim.router_aux_loss_coef > 0;
+    model_->config.router_aux_loss_coef = opt_.optim.router_aux_loss_coef;
   }
   const int64_t vocab = model_->config.vocab_size;
   // The data before the weights: a bad line costs seconds, not a checkpoint load.
   CollateOptions collate;
-  collate.pack = opt_.pack;
+  collate.pack = opt_.data.pack;
   std::vector<std::vector<Sample>> tenant_data, tenant_eval;
   std::vector<Sample> samples, eval_samples;  // the run's own (one adapter or --full)
   if (service) {
@@ -199,17 +101,17 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                 ReverseDigitsTask::kVocabSize, " tokens; the model has ", vocab);
     ReverseDigitsTask task;
     samples = task.generate(20000, opt_.seed + 1);
-    collate.seq_len = opt_.seq_len > 0 ? opt_.seq_len : task.max_sample_len();
+    collate.seq_len = opt_.data.seq_len > 0 ? opt_.data.seq_len : task.max_sample_len();
     collate.pad_id = ReverseDigitsTask::kPad;
     LengthReport cut = fit_to_length(&samples, collate.seq_len);
     if (cut.cut > 0) report_.push_back("built-in task: " + cut.summary());
     GLINT_CHECK(!samples.empty(), "--seq-len ", collate.seq_len, " leaves no built-in task sample with a trained token");
-    report_.push_back(epoch_line("built-in task", samples, opt_.steps, opt_.batch_size));
+    report_.push_back(epoch_line("built-in task", samples, opt_.optim.steps, opt_.optim.batch_size));
   } else {
     std::vector<std::string> paths, eval_paths;
     if (opt_.tenants.empty()) {
-      paths.push_back(opt_.data);
-      eval_paths.push_back(opt_.eval_data);
+      paths.push_back(opt_.data.path);
+      eval_paths.push_back(opt_.data.eval_path);
     }
     for (const TenantSpec& t : opt_.tenants) {
       paths.push_back(t.data);
@@ -223,8 +125,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     collate = data_->collate;
     if (opt_.tenants.empty()) {
       samples = std::move(sets[0]);
-      if (opt_.steps == 0) opt_.steps = steps_for_epochs(samples.size(), opt_.batch_size);
-      report_.push_back(epoch_line(opt_.data, samples, opt_.steps, opt_.batch_size));
+      if (opt_.optim.steps == 0) opt_.optim.steps = steps_for_epochs(samples.size(), opt_.optim.batch_size);
+      report_.push_back(epoch_line(opt_.data.path, samples, opt_.optim.steps, opt_.optim.batch_size));
     } else {
       tenant_data = std::move(sets);
     }
@@ -240,30 +142,29 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
                 data_->collate.seq_len);
     return set;
   };
-  if (builtin_task_ && !opt_.eval_data.empty()) eval_samples = load_eval(opt_.eval_data);
-  ParallelLayout layout = parallelize(*model_, comm_, parallel, checkpoint.get());
+  if (builtin_task_ && !opt_.data.eval_path.empty()) eval_samples = load_eval(opt_.data.eval_path);
+  ParallelLayout layout = parallelize(*model_, comm_, opt_.parallel, checkpoint.get(), opt_.full);
   layout_ = std::make_unique<ParallelLayout>(layout);
-  fsdp_ = layout.fsdp;
   report_.insert(report_.end(), layout.report.begin(), layout.report.end());
   // Adapters are built on the layers' shapes (under FSDP the layers hold shards).
   auto with_shapes = [&](const std::function<void()>& fn) {
-    if (fsdp_) fsdp_->with_layer_shapes(fn);
+    if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);
     else fn();
   };
   if (!opt_.tenants.empty() || service) {
-    int64_t slots = opt_.service_slots, r_max = opt_.service_r_max;
+    int64_t slots = opt_.service.slots, r_max = opt_.service.r_max;
     if (!service) {
       slots = int64_t(opt_.tenants.size());
       for (const auto& t : opt_.tenants) r_max = std::max(r_max, t.adapter.lora.r);
     }
     with_shapes([&] { bank_ = std::make_unique<TenantBank>(*model_, slots, r_max); });
   }
-  engine_ = std::make_unique<StepEngine>(*model_, StepParallel{comm_, layout.ep, layout.expert_replicas, fsdp_},
+  engine_ = std::make_unique<StepEngine>(*model_, StepParallel{comm_, layout.ep, layout.expert_replicas, layout.fsdp},
                                          bank_.get());
-  const AdamWOptions run_adam{opt_.adam.beta1, opt_.adam.beta2, opt_.adam.eps, opt_.weight_decay};
+  const AdamWOptions& run_adam = opt_.optim.adam;
   Learner* own = nullptr;  // the run's own learner (one adapter, or --full)
-  if (opt_.full && fsdp_) {  // nothing replicated: every trainable tensor is a shard
-    own = &engine_->add_shards(fsdp_->shards(), run_adam);
+  if (opt_.full && fsdp_runner()) {  // nothing replicated: every trainable tensor is a shard
+    own = &engine_->add_shards(fsdp_runner()->shards(), run_adam);
   } else if (opt_.full) {
     std::vector<std::pair<std::string, at::Tensor>> named;
     std::vector<bool> expert;
@@ -294,18 +195,18 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     own->samples = std::move(samples);
     own->eval_samples = std::move(eval_samples);
     if (!service) own->sampler = std::make_unique<EpochSampler>(own->samples.size(), opt_.seed);
-    own->batch_size = opt_.batch_size;
-    own->steps = opt_.steps;
-    own->schedule.peak_lr = opt_.lr;
-    own->schedule.total_steps = opt_.steps;
-    own->schedule.warmup_steps = opt_.warmup_steps >= 0 ? opt_.warmup_steps : opt_.steps / 20;
-    own->schedule.min_lr_ratio = opt_.min_lr_ratio;
+    own->batch_size = opt_.optim.batch_size;
+    own->steps = opt_.optim.steps;
+    own->schedule.peak_lr = opt_.optim.lr;
+    own->schedule.total_steps = opt_.optim.steps;
+    own->schedule.warmup_steps = opt_.optim.warmup_steps >= 0 ? opt_.optim.warmup_steps : opt_.optim.steps / 20;
+    own->schedule.min_lr_ratio = opt_.optim.min_lr_ratio;
   }
   refresh_adapter_inputs();
   // Dropout draws from the default generators: seeded per rank, saved in checkpoints.
   at::manual_seed(opt_.seed * 1000003 + uint64_t(comm_->rank()));
-  if (!opt_.resume.empty()) resume(opt_.resume);
-  if (service) micro_batch_size_ = opt_.micro_batch_size;  // 0: a rank's whole share at once
+  if (!opt_.run.resume.empty()) resume(opt_.run.resume);
+  if (service) micro_batch_size_ = opt_.memory.micro_batch_size;  // 0: a rank's whole share at once
   else plan_memory();
 }
 
@@ -376,16 +277,16 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
     st.idle_experts = load.eq(0).sum().item<int64_t>();
     st.expert_load_max = (std::get<0>(load.max(1)) / load.mean(1)).max().item<double>();
     // The same global load on every rank: every copy of the biases moves alike.
-    if (opt_.router_bias_update_rate > 0) update_router_biases(*model_, load, opt_.router_bias_update_rate);
+    if (opt_.optim.router_bias_update_rate > 0) update_router_biases(*model_, load, opt_.optim.router_bias_update_rate);
   }
   // Each learner with sequences in the step: its own gradients (when dumped), clipping
   // norm and AdamW on its own schedule. A tenant without one is untouched.
   for (const auto& l : learners()) {
     const double n = counts.label_tokens[size_t(l->slot)];
     if (n <= 0) continue;
-    if (!opt_.dump_gradients.empty())
-      dump_gradients(*l, bank_ ? opt_.dump_gradients + "/" + l->name : opt_.dump_gradients, l->step + 1);
-    const double norm = engine_->clip(*l, opt_.max_grad_norm);
+    if (!opt_.run.dump_gradients.empty())
+      dump_gradients(*l, bank_ ? opt_.run.dump_gradients + "/" + l->name : opt_.run.dump_gradients, l->step + 1);
+    const double norm = engine_->clip(*l, opt_.optim.max_grad_norm);
     const double lr = l->schedule.at(l->step + 1);
     engine_->update(*l, lr);
     if (bank_) {
@@ -403,12 +304,14 @@ StepStats Trainer::step(const std::vector<Batch>& micro_batches) {
 
 uint64_t Trainer::bytes_sent() const { return layout_->bytes_sent(); }
 
+FsdpRunner* Trainer::fsdp_runner() const { return layout_->fsdp.get(); }
+
 int64_t Trainer::local_weight_bytes() const {
   auto bytes = [](const at::Tensor& t) { return int64_t(t.numel()) * int64_t(t.element_size()); };
   int64_t n = 0;
   for (const auto& p : model_->parameters()) n += bytes(p);  // sharded layers hold 0 elements
-  if (fsdp_)
-    for (const auto& s : fsdp_->shards()) n += bytes(s);
+  if (FsdpRunner* f = fsdp_runner())
+    for (const auto& s : f->shards()) n += bytes(s);
   // Adapters (a --full run's tensors are the parameters counted above) and optimizer state.
   for (const auto& l : learners()) {
     if (!opt_.full)
@@ -423,13 +326,13 @@ void Trainer::dump_gradients(const Learner& learner, const std::string& dir, int
   // gathered (collective: every rank takes part).
   std::vector<std::pair<std::string, at::Tensor>> named;
   auto grad = [](const at::Tensor& p) { return p.grad().defined() ? p.grad() : at::zeros_like(p); };
-  if (opt_.full && fsdp_) {
+  if (opt_.full && fsdp_runner()) {
     std::vector<at::Tensor> grads;
     for (const auto& s : learner.params) grads.push_back(grad(s));
     std::set<std::string> expert_names;
     for (const ParameterSite& site : parameter_sites(*model_))
       if (site.expert) expert_names.insert(site.name);
-    named = fsdp_->gather_named(grads);
+    named = fsdp_runner()->gather_named(grads);
     for (auto& [name, t] : named)
       if (expert_names.count(name)) t = engine_->all_experts(t);
   } else {
@@ -448,7 +351,7 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   std::vector<Sample> held_out = task.generate(count, seed);
   std::vector<std::vector<int64_t>> prompts;
   for (const auto& s : held_out) prompts.push_back(ReverseDigitsTask::prompt_of(s));
-  if (fsdp_) fsdp_->gather(fsdp_->root_unit());
+  if (FsdpRunner* f = fsdp_runner()) f->gather(f->root_unit());
   lora_.train(false);  // no dropout while evaluating
   std::vector<GenerationRequest> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -458,7 +361,7 @@ double Trainer::evaluate_exact_match(int64_t count, uint64_t seed) {
   }
   std::vector<std::vector<int64_t>> generated;
   for (GenerationResult& r : generate(*model_, requests)) generated.push_back(std::move(r.tokens));
-  if (fsdp_) fsdp_->release(fsdp_->root_unit());
+  if (FsdpRunner* f = fsdp_runner()) f->release(f->root_unit());
   lora_.train(true);
   int64_t correct = 0;
   for (size_t i = 0; i < held_out.size(); ++i)
@@ -473,7 +376,7 @@ std::vector<Learner*> Trainer::tenant_learners() const {
   return out;
 }
 
-bool Trainer::forwards_are_collective() const { return fsdp_ || ep_comm(); }
+bool Trainer::forwards_are_collective() const { return fsdp_runner() || ep_comm(); }
 
 void Trainer::run() {
   RunLoop loop(*this);

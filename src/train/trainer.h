@@ -21,109 +21,9 @@
 #include "model/causal_lm.h"
 #include "train/optimizer.h"
 #include "train/step_engine.h"
+#include "train/train_options.h"
 
 namespace glint {
-
-// One tenant of multi-tenant LoRA training: its adapter, data and schedule.
-struct TenantSpec {
-  TenantOptions adapter;      // name, LoRA options; adapter.seed is set from `seed`
-  std::string data;           // its JSONL (any form --data takes)
-  std::string eval_data;      // its validation JSONL ("" = none)
-  int64_t steps = 0;          // its optimizer steps (0: --steps)
-  int64_t batch_size = 0;     // its sequences per step over all ranks (0: --batch-size)
-  double lr = 0;              // its peak learning rate (0: --lr)
-  int64_t warmup_steps = -1;  // -1: 5% of its steps
-  AdamWOptions adam;          // its AdamW betas, eps and weight decay (default: the run's)
-  uint64_t seed = 0;          // data order and adapter init, as --seed does alone
-  // "name=a,r=8,alpha=16,data=a.jsonl[,eval=b.jsonl][,rslora=1][,targets=q_proj+v_proj]
-  // [,lr=..][,steps=..][,batch=..][,warmup=..][,seed=..][,wd=..][,beta1=..][,beta2=..][,eps=..]";
-  // unset fields take `defaults`' values.
-  // Throws glint::Error naming the spec and the bad field.
-  static TenantSpec parse(const std::string& spec, const struct TrainOptions& defaults);
-};
-
-struct TrainOptions {
-  std::string model_dir;         // Hugging Face model directory; "" = a random model of
-                                 // model_config's shape (default: built-in tiny Qwen3-MoE)
-  std::optional<ModelConfig> model_config;
-  std::string data;              // JSONL of chats ({"messages"}), {"prompt","completion"},
-                                 // {"text"} or pre-tokenized {"input_ids"}; "" = built-in
-                                 // reverse-digits task
-  std::string tokenizer;         // tokenizer directory for text data; "" = model_dir
-  int64_t max_bad_lines = 0;     // malformed data lines to skip (counted) before failing
-  std::string enable_thinking;   // chat template variable: "true", "false" or "" (unset)
-  std::string output;            // run directory ("" = the CLI's default: a new
-                                 // directory under runs/; the Trainer needs one to run())
-  int64_t steps = 1000;          // optimizer steps; 0 = as many as `epochs` passes over
-                                 // the training data take (ceil(epochs x samples / batch))
-  double epochs = 0;             // with steps 0: passes over the data (glint train's default
-                                 // on the user's data: 3)
-  int64_t batch_size = 32;       // sequences per optimizer step, over all ranks
-  int64_t micro_batch_size = 0;  // sequences per forward/backward on one rank; 0 = the
-                                 // largest share of the batch whose estimated peak memory
-                                 // fits memory_budget
-  std::string memory_budget;     // per rank, "24G" / "1500M" ("" = 90% of the memory
-                                 // available at start, shared by the node's ranks)
-  bool ignore_memory_estimate = false;  // start even when the estimated peak memory per
-                                        // rank exceeds memory_budget (else refused)
-  int64_t seq_len = 0;           // longest row in tokens; longer samples are cut (and
-                                 // reported); 0 = the longest sample rounded up to 8,
-                                 // capped by max_position_embeddings
-  bool pack = false;             // pack several samples per sequence
-  double lr = 2e-4;              // peak learning rate
-  double min_lr_ratio = 0.1;     // cosine decays to lr * min_lr_ratio
-  int64_t warmup_steps = -1;     // -1 = 5% of steps
-  double weight_decay = 0.0;
-  double max_grad_norm = 1.0;    // 0 disables clipping
-  double router_aux_loss_coef = -1;  // load-balancing loss weight (0: off); < 0: as the
-                                     // model's config.json (output_router_logits)
-  // Aux-loss-free balancing: after each step, every router correction bias moves by this
-  // much toward balanced load (up for under-loaded experts, down for over-loaded). 0: off.
-  double router_bias_update_rate = 0;
-  AdamWOptions adam;
-  bool full = false;             // train every parameter instead of a LoRA adapter
-  bool activation_checkpointing = false;  // recompute each decoder layer in backward
-  bool fsdp = false;             // shard decoder layers over the ranks (ZeRO-3; implies
-                                 // recomputing each layer in backward)
-  // FSDP: gather the next layer and reduce-scatter gradients while layers compute: "on",
-  // "off", or "auto" (on for a GPU, where NCCL runs on a stream of its own; off on the
-  // CPU, where Gloo's threads would take cores from the compute).
-  std::string fsdp_overlap = "auto";
-  int64_t ep = 1;                // expert parallelism: experts sharded over ep ranks
-  std::string ep_layout = "contiguous";  // EP groups: "contiguous" ranks or "strided"
-  LoraOptions lora;
-  std::vector<TenantSpec> tenants;  // multi-tenant LoRA: adapters trained together (each
-                                    // with its own data); empty: one adapter (--lora-*)
-  uint64_t seed = 0;
-  // Base weights and compute: float32, bfloat16 (trainable tensors keep float32 masters
-  // and moments), float64; "auto": bfloat16 on a GPU, float32 on the CPU.
-  std::string dtype = "auto";
-  std::string device = "auto";  // cpu, cuda (cuda:LOCAL_RANK), cuda:N; auto: a GPU if any
-  int64_t threads = 0;           // intra-op threads; 0 = all cores
-  int64_t log_every = 10;        // readable line every N steps
-  int64_t eval_every = 100;      // evaluate every N steps and at the end (0 = end only)
-  int64_t eval_samples = 200;    // built-in task: held-out samples per exact-match eval
-  std::string eval_data;         // validation JSONL (any form --data takes): its label-token
-                                 // mean loss over all ranks at each evaluation
-  int64_t eval_batches = 0;      // batches of --batch-size sequences per evaluation (0 = all)
-  std::string init_adapter;      // start LoRA training from this PEFT adapter directory
-                                 // (its rank, alpha and targets replace --lora-*)
-  int64_t save_every = 0;        // checkpoint every N steps and at the end (0 = never)
-  int64_t keep_last = 0;         // checkpoints kept (the newest; 0 = all: --keep-last all)
-  int64_t stop_after = 0;        // stop after this step as a stop signal does: a checkpoint,
-                                 // then exit 0 (a job in a time-limited slot); 0 = never
-  std::string resume;            // continue from this checkpoint (a run directory's latest,
-                                 // or a checkpoint directory)
-  std::string dump_gradients;    // if set: DIR/step_<k>.safetensors with every trainable
-                                 // gradient after reduction, before clipping (for checks)
-  // Service mode (glint serve): no data and no schedule; room for this many LoRA tenants
-  // of rank up to service_r_max, added and removed while the model stays loaded
-  // (Trainer's service_* calls). 0: a training run.
-  int64_t service_slots = 0;
-  int64_t service_r_max = 0;
-
-  void validate() const;  // throws glint::Error naming the flag
-};
 
 // One sequence of a service forward: a tenant's tokens and the targets each position
 // predicts (Tinker's Datum after the client's shift).
@@ -196,7 +96,7 @@ class Trainer {
   // Collective: writes OUT/checkpoints/step-<current step>/ (train/run_checkpoint.h).
   void save_checkpoint_now();
   // Validation loss (label-token mean over all ranks) of `samples`, or of tenant `slot`'s
-  // eval set; at most opt.eval_batches batches. Collective.
+  // eval set; at most opt.data.eval_batches batches. Collective.
   double evaluate_loss(const std::vector<Sample>& samples, int64_t batch_size, int64_t slot, int64_t* label_tokens);
   // What rank 0 reports before step 1: the data, the sequence length and what it cut,
   // epochs, the mesh, the memory estimate. One line each.
@@ -223,7 +123,7 @@ class Trainer {
   // Exact-match accuracy of greedy completions on held-out built-in task samples.
   double evaluate_exact_match(int64_t count, uint64_t seed);
 
-  // Service mode (TrainOptions::service_slots > 0; src/train/tenant_service.cc). Every
+  // Service mode (TrainOptions::service.slots > 0; src/train/tenant_service.cc). Every
   // call is collective: each rank makes it with the same arguments, in the same order.
   // Adds a tenant with a fresh adapter (TenantOptions::seed); `trainable`: with an
   // optimizer, else only for sampling. Throws glint::Error (no free slot, duplicate, bad
@@ -283,7 +183,7 @@ class Trainer {
   // "data.jsonl: one epoch = 59 samples, 23,456 tokens (4,321 trained); 1000 steps x 32
   // = 542.4 epochs" for a sample set trained `steps` x `batch`.
   std::string epoch_line(const std::string& what, const std::vector<Sample>& samples, int64_t steps, int64_t batch);
-  // The steps of opt_.epochs passes over `samples` in batches of `batch` (at least 1).
+  // The steps of opt_.optim.epochs passes over `samples` in batches of `batch` (at least 1).
   int64_t steps_for_epochs(size_t samples, int64_t batch) const;
   // Chooses the micro-batch size (when not set) and reports the memory estimate.
   void plan_memory();
@@ -320,12 +220,13 @@ class Trainer {
   void dump_gradients(const Learner& learner, const std::string& dir, int64_t step);
   // This rank's EP group (null without expert parallelism).
   Comm* ep_comm() const { return engine_->parallel().ep.get(); }
+  // The FSDP runner of the layout (null without FSDP).
+  class FsdpRunner* fsdp_runner() const;
   TrainOptions opt_;
   std::shared_ptr<Comm> comm_;
   std::unique_ptr<struct ParallelLayout> layout_;  // the mesh and groups (parallel/parallelize.h)
   CausalLM model_{nullptr};
   LoraModel lora_;
-  std::shared_ptr<class FsdpRunner> fsdp_;
   std::unique_ptr<StepEngine> engine_;
   struct DataState {
     CollateOptions collate;

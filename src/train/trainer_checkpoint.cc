@@ -75,7 +75,7 @@ void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const Learner& l
   // Tensor i of `params` (the learner's tensor i or one shaped like it) and its optimizer
   // state, each as the pieces of the logical tensor it is (or is a shard or expert slice of).
   const bool lead = comm_->rank() == 0;
-  const bool fsdp_shards = opt_.full && fsdp_;
+  const bool fsdp_shards = opt_.full && fsdp_runner();
   Comm* ep = ep_comm();
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = learner.names[i];
@@ -88,7 +88,7 @@ void Trainer::add_state_pieces(std::vector<StatePiece>& pieces, const Learner& l
     for (auto& [kind, t] : kinds) {
       GLINT_ASSERT(t.is_contiguous(), "state tensor ", name, " is not contiguous");
       if (fsdp_shards) {
-        for (const FsdpRunner::ShardSpan& span : fsdp_->shard_spans(i))
+        for (const FsdpRunner::ShardSpan& span : fsdp_runner()->shard_spans(i))
           pieces.push_back({kind + "/" + prefix + span.name, span.full_shape, span.full_offset,
                             t.detach().reshape({-1}).narrow(0, span.shard_offset, span.count), true});
       } else if (ep && learner.expert[i]) {
@@ -106,7 +106,7 @@ std::vector<StatePiece> Trainer::state_pieces() {
   const bool lead = comm_->rank() == 0;
   for (const auto& l : learners())
     add_state_pieces(pieces, *l, l->params, l->optimizer.get(), bank_ ? l->name + "/" : "");
-  if (opt_.router_bias_update_rate > 0)
+  if (opt_.optim.router_bias_update_rate > 0)
     for (auto& [name, bias] : router_biases(*model_)) pieces.push_back(replicated_piece("buffer/" + name, bias, lead));
   return pieces;
 }
@@ -126,7 +126,7 @@ nlohmann::json Trainer::identity() const {
   if (!opt_.full && !bank_) id["lora"] = lora_json(opt_.lora);
   if (bank_)
     for (const auto& l : learners()) id["tenants"][l->name] = lora_json(l->lora);
-  if (opt_.router_bias_update_rate > 0) id["router_bias_update"] = true;
+  if (opt_.optim.router_bias_update_rate > 0) id["router_bias_update"] = true;
   return id;
 }
 
@@ -134,7 +134,7 @@ void Trainer::save_checkpoint_now() {
   CheckpointContent c;
   c.step = step_;
   c.identity = identity();
-  c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.ep}, {"ep_layout", opt_.ep_layout}, {"fsdp", opt_.fsdp}};
+  c.mesh = {{"world_size", comm_->size()}, {"ep", opt_.parallel.ep}, {"ep_layout", opt_.parallel.ep_layout}, {"fsdp", opt_.parallel.fsdp}};
   c.run = {{"launch", World::from_env().launch_json()},
            {"base_model", base_model_name()},
            {"lora_dropout", opt_.lora.dropout}};
@@ -153,7 +153,7 @@ void Trainer::save_checkpoint_now() {
   if (model_->placement.device.is_cuda())
     c.rank_state["rng_device"] = to_hex(device_generator(model_->placement.device).get_state());
   c.pieces = state_pieces();
-  last_checkpoint_ = save_checkpoint(*comm_, opt_.output, c, opt_.keep_last);
+  last_checkpoint_ = save_checkpoint(*comm_, opt_.run.output, c, opt_.run.keep_last);
 }
 
 void Trainer::resume(const std::string& path) {
@@ -173,10 +173,10 @@ void Trainer::resume(const std::string& path) {
   // At --steps already (an interrupted run whose last step was saved, or a finished one
   // resumed with its own --steps): nothing is left to train, and run() writes the run's
   // outputs from the checkpoint.
-  GLINT_USAGE_CHECK(step_ <= opt_.steps, ckpt.dir, " is at step ", step_, ", past the run's --steps ", opt_.steps,
+  GLINT_USAGE_CHECK(step_ <= opt_.optim.steps, ckpt.dir, " is at step ", step_, ", past the run's --steps ", opt_.optim.steps,
                     " (a larger --steps continues it)");
-  GLINT_USAGE_CHECK(opt_.stop_after == 0 || step_ < opt_.stop_after || step_ == opt_.steps, ckpt.dir,
-                    " is at step ", step_, ": --stop-after ", opt_.stop_after,
+  GLINT_USAGE_CHECK(opt_.run.stop_after == 0 || step_ < opt_.run.stop_after || step_ == opt_.optim.steps, ckpt.dir,
+                    " is at step ", step_, ": --stop-after ", opt_.run.stop_after,
                     " is not after it (a later step, or none, continues it)");
   std::vector<std::string> notes;
   for (const auto& l : learners()) {
@@ -201,10 +201,10 @@ void Trainer::resume(const std::string& path) {
   const nlohmann::json& mesh = ckpt.manifest.at("mesh");
   std::string line = "resumed from " + ckpt.dir + " at step " + std::to_string(step_) + " (saved on " +
                      std::to_string(mesh.at("world_size").get<int>()) + " ranks";
-  if (mesh.at("world_size").get<int>() != comm_->size() || mesh.at("ep").get<int64_t>() != opt_.ep ||
-      mesh.at("fsdp").get<bool>() != opt_.fsdp)
-    line += ", resharded onto this run's " + std::to_string(comm_->size()) + " ranks, ep " + std::to_string(opt_.ep) +
-            (opt_.fsdp ? ", fsdp" : "");
+  if (mesh.at("world_size").get<int>() != comm_->size() || mesh.at("ep").get<int64_t>() != opt_.parallel.ep ||
+      mesh.at("fsdp").get<bool>() != opt_.parallel.fsdp)
+    line += ", resharded onto this run's " + std::to_string(comm_->size()) + " ranks, ep " + std::to_string(opt_.parallel.ep) +
+            (opt_.parallel.fsdp ? ", fsdp" : "");
   report_.push_back(line + ")");
   for (const auto& n : notes)
     if (!n.empty()) report_.push_back(n);

@@ -20,8 +20,8 @@ void Trainer::save_full_model() {
   // Collective: every rank gathers the sharded layers; under EP, the ranks of rank 0's EP
   // group gather their experts to rank 0 one layer at a time; rank 0 writes.
   const bool lead = comm_->rank() == 0;
-  if (fsdp_)
-    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->gather(u);
+  if (FsdpRunner* f = fsdp_runner())
+    for (int64_t u = 0; u < f->num_units(); ++u) f->gather(u);
   std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
   Comm* ep = ep_comm();
   if (ep && layout_->mesh->coordinate("ep_fsdp") == 0) {
@@ -39,10 +39,10 @@ void Trainer::save_full_model() {
     }
   }
   if (lead) {
-    save_pretrained(*model_, opt_.output + "/model");
+    save_pretrained(*model_, opt_.run.output + "/model");
     // The tokenizer too, so the directory is a whole model (transformers, vLLM, --model).
-    const std::string tokenizer = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
-    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, opt_.output + "/model");
+    const std::string tokenizer = opt_.data.tokenizer.empty() ? opt_.model.dir : opt_.data.tokenizer;
+    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, opt_.run.output + "/model");
   }
   {
     at::NoGradGuard no_grad;
@@ -52,39 +52,39 @@ void Trainer::save_full_model() {
       ex->first_expert = ep->rank() * w.first.size(0);
     }
   }
-  if (fsdp_)
-    for (int64_t u = 0; u < fsdp_->num_units(); ++u) fsdp_->release(u);
+  if (FsdpRunner* f = fsdp_runner())
+    for (int64_t u = 0; u < f->num_units(); ++u) f->release(u);
 }
 
 void Trainer::save_outputs() {
   if (opt_.full) return save_full_model();
   if (bank_) {
     for (int64_t slot = 0; slot < bank_->num_slots(); ++slot)
-      save_lora(bank_->adapter(slot), opt_.output + "/" + bank_->tenant(slot).name + "/adapter");
+      save_lora(bank_->adapter(slot), opt_.run.output + "/" + bank_->tenant(slot).name + "/adapter");
     return;
   }
-  save_lora(lora_, opt_.output + "/adapter");
+  save_lora(lora_, opt_.run.output + "/adapter");
   // Balancing moved the base model's router biases: saved beside the adapter under
   // their Hub names, to be loaded over the base model's.
-  if (opt_.router_bias_update_rate > 0 && comm_->rank() == 0)
-    write_safetensors(opt_.output + "/adapter/" + kRouterBiasesFile, router_biases(*model_));
+  if (opt_.optim.router_bias_update_rate > 0 && comm_->rank() == 0)
+    write_safetensors(opt_.run.output + "/adapter/" + kRouterBiasesFile, router_biases(*model_));
 }
 
 void Trainer::save_random_base() {
   // The built-in base model is random: written before the first step, so that the final
   // adapter and every checkpoint's (glint export) have it beside them
   // (glint generate --model OUT/base-model --adapter OUT/adapter).
-  if (!opt_.model_dir.empty() || opt_.model_config || comm_->rank() != 0) return;
-  if (path_exists(opt_.output + "/base-model/config.json")) return;
+  if (!opt_.model.dir.empty() || opt_.model.config || comm_->rank() != 0) return;
+  if (path_exists(opt_.run.output + "/base-model/config.json")) return;
   CausalLM base(model_->config, TensorPlacement{model_->placement.dtype, c10::Device(c10::kCPU)});
   init_weights(*base, opt_.seed);
-  save_pretrained(*base, opt_.output + "/base-model");
+  save_pretrained(*base, opt_.run.output + "/base-model");
 }
 
 std::string Trainer::base_model_name() const {
-  return !opt_.model_dir.empty() ? opt_.model_dir
-         : opt_.model_config    ? "glint/random-" + model_->config.model_type
-                                : opt_.output + "/base-model";
+  return !opt_.model.dir.empty() ? opt_.model.dir
+         : opt_.model.config    ? "glint/random-" + model_->config.model_type
+                                : opt_.run.output + "/base-model";
 }
 
 void Trainer::save_lora(LoraModel& lora, const std::string& dir, const std::string& base_model) {

@@ -35,7 +35,7 @@ std::vector<Sample> Trainer::read_data(const std::string& path, int64_t vocab, i
     report_.push_back(path + ": " + grouped(int64_t(samples.size())) + " pre-tokenized samples");
     return samples;
   }
-  const std::string dir = opt_.tokenizer.empty() ? opt_.model_dir : opt_.tokenizer;
+  const std::string dir = opt_.data.tokenizer.empty() ? opt_.model.dir : opt_.data.tokenizer;
   GLINT_CHECK(!dir.empty(), path, " holds text (messages, prompt/completion or text lines); tokenizing it "
               "needs a tokenizer: --model DIR with tokenizer.json, or --tokenizer DIR");
   if (!text_tokenizer_) {  // one load for every text file of the run (tenants share it)
@@ -47,8 +47,8 @@ std::vector<Sample> Trainer::read_data(const std::string& path, int64_t vocab, i
   *pad_id = std::max(text.pad_id, 0);
   TextDataOptions o;
   o.seq_len = 0;  // whole: the length is chosen from every file, then cut
-  o.max_bad_lines = opt_.max_bad_lines;
-  o.set_enable_thinking(opt_.enable_thinking);
+  o.max_bad_lines = opt_.data.max_bad_lines;
+  o.set_enable_thinking(opt_.data.enable_thinking);
   TextDataStats st;
   std::vector<Sample> samples =
       read_text_jsonl(path, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);
@@ -83,7 +83,7 @@ std::vector<std::vector<Sample>> Trainer::load_data(const std::vector<std::strin
   const std::string where = longest_path + (longest_line > 0 ? ":" + std::to_string(longest_line) : "");
   std::string line;
   const int64_t seq_len =
-      choose_seq_len(opt_.seq_len, longest, where, model_->config.max_position_embeddings, &line);
+      choose_seq_len(opt_.data.seq_len, longest, where, model_->config.max_position_embeddings, &line);
   report_.push_back(line);
   data_->collate.seq_len = seq_len;
   for (size_t i = 0; i < sets.size(); ++i) {
@@ -119,8 +119,8 @@ std::string Trainer::epoch_line(const std::string& what, const std::vector<Sampl
 }
 
 int64_t Trainer::steps_for_epochs(size_t samples, int64_t batch) const {
-  GLINT_ASSERT(opt_.epochs > 0 && batch > 0, "epochs ", opt_.epochs, " batch ", batch);
-  return std::max<int64_t>(1, int64_t(std::ceil(opt_.epochs * double(samples) / double(batch) - 1e-9)));
+  GLINT_ASSERT(opt_.optim.epochs > 0 && batch > 0, "epochs ", opt_.optim.epochs, " batch ", batch);
+  return std::max<int64_t>(1, int64_t(std::ceil(opt_.optim.epochs * double(samples) / double(batch) - 1e-9)));
 }
 
 void Trainer::plan_memory() {
@@ -136,24 +136,24 @@ void Trainer::plan_memory() {
   for (const auto& l : learners()) in.data_bytes += data_bytes(l->samples);
   in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
   in.seq_len = data_->collate.seq_len;
-  in.ep = opt_.ep;
+  in.ep = opt_.parallel.ep;
   in.lora_r = opt_.full ? 0 : opt_.lora.r;
   for (const auto& t : opt_.tenants) in.lora_r = std::max(in.lora_r, t.adapter.lora.r);
-  in.recompute = opt_.fsdp || opt_.activation_checkpointing;
-  in.fsdp = opt_.fsdp;
+  in.recompute = opt_.parallel.fsdp || opt_.parallel.recompute;
+  in.fsdp = opt_.parallel.fsdp;
   in.full = opt_.full;
   // Rows of one step on this rank: its share of the batch (of every tenant's batch).
   int64_t rows = 0;
   for (const auto& l : learners()) rows += l->batch_size / W;
-  const bool chosen_by_user = opt_.micro_batch_size > 0;
-  double budget = opt_.memory_budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
-                                             : parse_memory_size(opt_.memory_budget, "--memory-budget");
+  const bool chosen_by_user = opt_.memory.micro_batch_size > 0;
+  double budget = opt_.memory.budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
+                                             : parse_memory_size(opt_.memory.budget, "--memory-budget");
   auto estimate = [&](int64_t mbs) {
     in.rows = mbs;
     return estimate_memory(model_->config, in);
   };
   if (chosen_by_user) {
-    micro_batch_size_ = opt_.micro_batch_size;
+    micro_batch_size_ = opt_.memory.micro_batch_size;
   } else {
     // The largest micro-batch among the divisors of the rows (equal micro-batches) that
     // fits the budget and holds at most kMicroBatchTokens padded tokens: beyond that the
@@ -185,10 +185,10 @@ void Trainer::plan_memory() {
   std::snprintf(numbers, sizeof numbers, "the estimated peak memory per rank, %s MB, exceeds the budget of %s MB%s",
                 grouped(int64_t(e.total_mb() + 0.5)).c_str(), grouped(int64_t(budget + 0.5)).c_str(), e.total_mb() > budget ? "" : " on another rank");
   std::string fixes = std::string(chosen_by_user ? "a smaller --micro-batch-size, " : "") +
-                      (opt_.fsdp || opt_.activation_checkpointing ? "" : "--activation-checkpointing, ") +
-                      (opt_.fsdp || comm_->size() == 1 ? "" : "--fsdp, ") + "a shorter --seq-len (now " +
+                      (opt_.parallel.fsdp || opt_.parallel.recompute ? "" : "--activation-checkpointing, ") +
+                      (opt_.parallel.fsdp || comm_->size() == 1 ? "" : "--fsdp, ") + "a shorter --seq-len (now " +
                       grouped(in.seq_len) + ") or more ranks would lower it";
-  if (opt_.ignore_memory_estimate) {
+  if (opt_.memory.ignore_estimate) {
     report_.push_back(std::string("warning: ") + numbers + " (--ignore-memory-estimate); " + fixes);
     return;
   }

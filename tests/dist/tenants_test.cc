@@ -174,12 +174,12 @@ TEST(TenantTraining, ASingleAdapterRunIsItsOneTenantBankInFloat64) {
 TEST(TenantTraining, ATenantWithoutSequencesIsUntouched) {
   TenantRun s = make_setup("untouched");
   TrainOptions o;
-  o.model_dir = s.dir + "/model";
-  o.steps = 3;
-  o.batch_size = 2;
-  o.seq_len = 16;
-  o.lr = 1e-2;
-  o.output = s.dir + "/out";
+  o.model.dir = s.dir + "/model";
+  o.optim.steps = 3;
+  o.optim.batch_size = 2;
+  o.data.seq_len = 16;
+  o.optim.lr = 1e-2;
+  o.run.output = s.dir + "/out";
   o.tenants.push_back(TenantSpec::parse("name=a,r=4,data=" + s.dir + "/a.jsonl", o));
   o.tenants.push_back(TenantSpec::parse("name=b,r=2,steps=1,data=" + s.dir + "/b.jsonl", o));
   Trainer t(o);
@@ -249,7 +249,7 @@ TEST(TenantTraining, BadTenantSpecsAreErrors) {
   o.full = true;
   EXPECT_NE(testing::error_message([&] { o.validate(); }).find("does not go with --full"), std::string::npos);
   o.full = false;
-  o.data = "y.jsonl";
+  o.data.path = "y.jsonl";
   EXPECT_NE(testing::error_message([&] { o.validate(); }).find("--data and --tenant do not go together"),
             std::string::npos);
 }

@@ -15,6 +15,7 @@
 #include "model/deepseek_v4/attention.h"
 #include "model/reference_deepseek_v4.h"
 #include "model_util.h"
+#include "model/deepseek_v4/config.h"
 
 namespace glint {
 namespace {
@@ -38,19 +39,19 @@ ModelConfig tiny_config(int64_t index_topk) {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 1;
   c.head_dim = 16;
-  c.qk_rope_head_dim = 8;
+  v4(c).qk_rope_head_dim = 8;
   c.partial_rotary_factor = 0.5;
-  c.q_lora_rank = 12;
-  c.o_groups = 2;
-  c.o_lora_rank = 6;
+  v4(c).q_lora_rank = 12;
+  v4(c).o_groups = 2;
+  v4(c).o_lora_rank = 6;
   c.sliding_window = 5;
-  c.compress_rate_csa = 4;
-  c.compress_rate_hca = 8;
-  c.index_n_heads = 2;
-  c.index_head_dim = 8;
-  c.index_topk = index_topk;
+  v4(c).compress_rate_csa = 4;
+  v4(c).compress_rate_hca = 8;
+  v4(c).index_n_heads = 2;
+  v4(c).index_head_dim = 8;
+  v4(c).index_topk = index_topk;
   c.rope_theta = 10000.0;
-  c.compress_rope_theta = 160000.0;
+  v4(c).compress_rope_theta = 160000.0;
   c.rope_scaling.type = "yarn";
   c.rope_scaling.factor = 4.0;
   c.rope_scaling.original_max_position_embeddings = 64;
@@ -67,18 +68,18 @@ ref::Config reference_config(const ModelConfig& c) {
             {"num_hidden_layers", c.num_hidden_layers},
             {"num_attention_heads", c.num_attention_heads},
             {"head_dim", c.head_dim},
-            {"qk_rope_head_dim", c.qk_rope_head_dim},
-            {"q_lora_rank", c.q_lora_rank},
-            {"o_groups", c.o_groups},
-            {"o_lora_rank", c.o_lora_rank},
+            {"qk_rope_head_dim", v4(c).qk_rope_head_dim},
+            {"q_lora_rank", v4(c).q_lora_rank},
+            {"o_groups", v4(c).o_groups},
+            {"o_lora_rank", v4(c).o_lora_rank},
             {"sliding_window", c.sliding_window},
-            {"compress_rate_csa", c.compress_rate_csa},
-            {"compress_rate_hca", c.compress_rate_hca},
-            {"index_n_heads", c.index_n_heads},
-            {"index_head_dim", c.index_head_dim},
-            {"index_topk", c.index_topk},
+            {"compress_rate_csa", v4(c).compress_rate_csa},
+            {"compress_rate_hca", v4(c).compress_rate_hca},
+            {"index_n_heads", v4(c).index_n_heads},
+            {"index_head_dim", v4(c).index_head_dim},
+            {"index_topk", v4(c).index_topk},
             {"rope_theta", c.rope_theta},
-            {"compress_rope_theta", c.compress_rope_theta},
+            {"compress_rope_theta", v4(c).compress_rope_theta},
             {"rope_scaling",
              {{"type", "yarn"},
               {"factor", c.rope_scaling.factor},
@@ -162,8 +163,8 @@ LayerContext context(const ModelConfig& c, const at::Tensor& seg) {
   ModelConfig::RopeScaling none;
   LayerContext ctx;
   ctx.layout = sequence_layout(seg, c10::Device(c10::kCPU));
-  ctx.rope = {rotary_tables(pos, rope_inv_freq(c.qk_rope_head_dim, c.rope_theta, none), 1.0, at::kDouble),
-              rotary_tables(pos, rope_inv_freq(c.qk_rope_head_dim, c.compress_rope_theta, c.rope_scaling),
+  ctx.rope = {rotary_tables(pos, rope_inv_freq(v4(c).qk_rope_head_dim, c.rope_theta, none), 1.0, at::kDouble),
+              rotary_tables(pos, rope_inv_freq(v4(c).qk_rope_head_dim, v4(c).compress_rope_theta, c.rope_scaling),
                             rope_attention_factor(c.rope_scaling), at::kDouble)};
   return ctx;
 }

@@ -24,6 +24,7 @@
 #include "model/weights.h"
 #include "model_util.h"
 #include "test_util.h"
+#include "model/deepseek_v4/config.h"
 
 namespace glint {
 namespace {
@@ -394,7 +395,7 @@ TEST(DeepseekV4, ConfigSpellingsAgree) {
   const ModelConfig b = ModelConfig::from_json(legacy, "b");
   EXPECT_EQ(b.layer_types, a.layer_types);
   EXPECT_EQ(b.mlp_layer_types, a.mlp_layer_types);
-  EXPECT_EQ(b.compress_rate_hca, 128);
+  EXPECT_EQ(v4(b).compress_rate_hca, 128);
   // v5's nested RoPE sets.
   json nested = base;
   nested.erase("rope_scaling");

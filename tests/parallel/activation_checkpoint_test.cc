@@ -15,19 +15,19 @@ namespace {
 
 TrainOptions options(bool full, bool checkpointing) {
   TrainOptions o;
-  o.output = glint::testing::fresh_temp_dir("ckpt");
-  o.steps = 2;
-  o.batch_size = 4;
-  o.micro_batch_size = 2;
-  o.dtype = "float64";
-  o.threads = 1;
+  o.run.output = glint::testing::fresh_temp_dir("ckpt");
+  o.optim.steps = 2;
+  o.optim.batch_size = 4;
+  o.memory.micro_batch_size = 2;
+  o.model.dtype = "float64";
+  o.model.threads = 1;
   o.full = full;
-  o.activation_checkpointing = checkpointing;
+  o.parallel.recompute = checkpointing;
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   c.num_hidden_layers = 3;
   c.mlp_only_layers = {1};
   c.output_router_logits = true;
-  o.model_config = c;
+  o.model.config = c;
   return o;
 }
 
@@ -58,9 +58,9 @@ TEST_P(Checkpointing, SameLossesGradientsAndUpdates) {
 // backward each), with it off none was.
 TEST(FsdpOverlap, PrefetchesEachNextLayerAndKeepsTheNumbers) {
   TrainOptions on = options(true, false), off = options(true, false);
-  on.fsdp = off.fsdp = true;
-  on.fsdp_overlap = "on";
-  off.fsdp_overlap = "off";
+  on.parallel.fsdp = off.parallel.fsdp = true;
+  on.parallel.fsdp_overlap = "on";
+  off.parallel.fsdp_overlap = "off";
   Trainer a(on), b(off);
   auto runner = [](Trainer& t) { return std::dynamic_pointer_cast<FsdpRunner>(t.model().layer_runner); };
   ASSERT_TRUE(runner(a) && runner(b));

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "train/train_options.h"
+#include "train/small_train_options.h"
 
 namespace glint {
 namespace {
@@ -26,15 +26,15 @@ struct TrainedRun {
 
 TrainedRun train(const std::string& device, const std::string& dtype, bool full) {
   TrainOptions o = testing::small_train_options("device_" + dtype + (full ? "_full" : "_lora"));
-  o.device = device;
-  o.dtype = dtype;
+  o.model.device = device;
+  o.model.dtype = dtype;
   o.full = full;
-  o.pack = true;  // several sequences a row: on a GPU in bf16, flash's variable-length kernel
-  o.steps = 5;
-  o.eval_samples = 0;
+  o.data.pack = true;  // several sequences a row: on a GPU in bf16, flash's variable-length kernel
+  o.optim.steps = 5;
+  o.data.eval_samples = 0;
   Trainer t(o);
   TrainedRun r;
-  for (int s = 0; s < o.steps; ++s) r.losses.push_back(t.step(t.next_micro_batches()).loss);
+  for (int s = 0; s < o.optim.steps; ++s) r.losses.push_back(t.step(t.next_micro_batches()).loss);
   for (const auto& p : t.trainable_parameters()) r.trained.push_back(p.detach().to(at::kCPU, at::kDouble));
   return r;
 }

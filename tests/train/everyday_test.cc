@@ -16,14 +16,14 @@
 #include "train/trainer.h"
 
 #include "test_util.h"
-#include "train/train_options.h"
+#include "train/small_train_options.h"
 
 namespace glint {
 namespace {
 
 TrainOptions everyday_options(const std::string& name) {
   TrainOptions o = testing::small_train_options("everyday_" + name);
-  o.eval_samples = 0;
+  o.data.eval_samples = 0;
   return o;
 }
 
@@ -119,7 +119,7 @@ TEST(Everyday, AutomaticSeqLenAndTheCutReport) {
 TEST(Everyday, LoraDropoutIsReplayedWhenLayersAreRecomputed) {
   auto run = [](bool checkpointing, double dropout) {
     TrainOptions o = everyday_options(std::string("dropout") + (checkpointing ? "_ckpt" : ""));
-    o.activation_checkpointing = checkpointing;
+    o.parallel.recompute = checkpointing;
     o.lora.dropout = dropout;
     o.lora.target_parameters.clear();  // PEFT refuses dropout on expert adapters
     Trainer t(o);
@@ -152,14 +152,14 @@ TEST(Everyday, DropoutOnExpertAdaptersIsRefused) {
 // --router-aux-loss-coef turns the load-balancing loss on (and off) over config.json.
 TEST(Everyday, RouterAuxLossFromTheOptions) {
   TrainOptions o = everyday_options("aux_on");
-  o.router_aux_loss_coef = 0.01;
+  o.optim.router_aux_loss_coef = 0.01;
   Trainer on(o);
   EXPECT_GT(on.step(on.next_micro_batches()).aux_loss, 1.0);
   TrainOptions off = everyday_options("aux_off");
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   c.output_router_logits = true;
-  off.model_config = c;
-  off.router_aux_loss_coef = 0;
+  off.model.config = c;
+  off.optim.router_aux_loss_coef = 0;
   Trainer t(off);
   EXPECT_LT(t.step(t.next_micro_batches()).aux_loss, 0);  // < 0: not computed
 }
@@ -168,7 +168,7 @@ TEST(Everyday, RouterAuxLossFromTheOptions) {
 // splits it, and the estimate grows with the micro-batch.
 TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   TrainOptions o = everyday_options("budget_big");
-  o.memory_budget = "64G";
+  o.memory.budget = "64G";
   EXPECT_EQ(Trainer(o).micro_batch_size(), 8);
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   MemoryInputs in;
@@ -180,8 +180,8 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   EXPECT_GT(eight, one);
   // A budget between the two: fewer rows than the share.
   TrainOptions tight = everyday_options("budget_tight");
-  tight.seq_len = 512;
-  tight.memory_budget = std::to_string(int64_t(one + (eight - one) / 4)) + "M";
+  tight.data.seq_len = 512;
+  tight.memory.budget = std::to_string(int64_t(one + (eight - one) / 4)) + "M";
   Trainer t(tight);
   EXPECT_LT(t.micro_batch_size(), 8);
   EXPECT_GE(t.micro_batch_size(), 1);

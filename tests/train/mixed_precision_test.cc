@@ -9,7 +9,7 @@
 
 #include "test_util.h"
 #include "train/optimizer.h"
-#include "train/train_options.h"
+#include "train/small_train_options.h"
 
 namespace glint {
 namespace {
@@ -44,9 +44,9 @@ TEST(AdamWMasters, Float32ParametersAreTheirOwnMasters) {
 
 TrainOptions bf16_options(const std::string& name, bool full) {
   TrainOptions o = testing::small_train_options(name);
-  o.dtype = "bfloat16";
+  o.model.dtype = "bfloat16";
   o.full = full;
-  o.eval_samples = 0;
+  o.data.eval_samples = 0;
   return o;
 }
 
@@ -68,13 +68,13 @@ TEST(MixedPrecision, BaseWeightsStayBf16AndWhatTrainsHasFloat32Masters) {
 TEST(MixedPrecision, Bf16LoraReachesTheFloat32Loss) {
   auto final_loss = [](const std::string& dtype) {
     TrainOptions o = testing::small_train_options("mp_" + dtype);
-    o.dtype = dtype;
-    o.steps = 200;
-    o.batch_size = 16;
-    o.lr = 3e-3;
-    o.eval_samples = 0;
+    o.model.dtype = dtype;
+    o.optim.steps = 200;
+    o.optim.batch_size = 16;
+    o.optim.lr = 3e-3;
+    o.data.eval_samples = 0;
     Trainer t(o);
-    return testing::first_and_last_loss(t, o.steps);
+    return testing::first_and_last_loss(t, o.optim.steps);
   };
   auto [f32_first, f32_last] = final_loss("float32");
   auto [bf16_first, bf16_last] = final_loss("bfloat16");

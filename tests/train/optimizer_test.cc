@@ -4,7 +4,12 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/comm.h"
+#include "dist/world.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
 #include "train/optimizer.h"
+#include "train/step_engine.h"
 
 namespace glint {
 namespace {
@@ -56,18 +61,28 @@ TEST(OptimizerAdamW, RejectsBadHyperparameters) {
   EXPECT_THROW(AdamW({at::ones({1})}, AdamWOptions{0.9, 0.9, 0, 0}), Error);
 }
 
-TEST(OptimizerClip, NormAndScaling) {
+// The step engine's clipping (the one the trainer uses): the global norm of a learner's
+// gradients, each tensor's squares divided by the ranks holding a copy of it.
+TEST(StepEngineClip, NormAndScaling) {
+  CausalLM model(tiny_moe_config(16), TensorPlacement{at::kFloat, c10::Device(c10::kCPU)});
+  StepEngine engine(*model, StepParallel{Comm::create(World{})}, nullptr);
   at::Tensor a = at::zeros({2}), b = at::zeros({1});
+  AdamWOptions adam;
+  Learner& l = engine.add("t", 0, {{"a", a}, {"b", b}}, {false, false}, &adam);
   a.mutable_grad() = at::tensor({3.0f, 0.0f});
   b.mutable_grad() = at::tensor({4.0f});
-  double n = clip_grad_norm({a, b}, 1.0);
-  EXPECT_NEAR(n, 5.0, 1e-9);
+  EXPECT_NEAR(engine.clip(l, 1.0), 5.0, 1e-9);
   EXPECT_NEAR(a.grad()[0].item<double>(), 3.0 / (5.0 + 1e-6), 1e-6);
   EXPECT_NEAR(b.grad()[0].item<double>(), 4.0 / (5.0 + 1e-6), 1e-6);
   // Below the threshold nothing changes.
-  double n2 = clip_grad_norm({a, b}, 10.0);
-  EXPECT_NEAR(n2, 1.0, 1e-5);
+  EXPECT_NEAR(engine.clip(l, 10.0), 1.0, 1e-5);
   EXPECT_NEAR(b.grad()[0].item<double>(), 4.0 / (5.0 + 1e-6), 1e-6);
+  // A tensor two ranks hold counts once over the world: half its squares on each.
+  a.mutable_grad() = at::tensor({3.0f, 0.0f});
+  b.mutable_grad() = at::tensor({4.0f});
+  l.placement[1].copies = 2;
+  EXPECT_NEAR(engine.clip(l, 0.0), std::sqrt(9.0 + 16.0 / 2), 1e-6);
+  EXPECT_EQ(b.grad()[0].item<float>(), 4.0f);  // max_norm 0: no clipping
 }
 
 TEST(OptimizerSchedule, WarmupThenCosine) {

@@ -10,7 +10,7 @@
 #include "train/trainer.h"
 
 #include "test_util.h"
-#include "train/train_options.h"
+#include "train/small_train_options.h"
 
 namespace glint {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 void expect_accumulation_matches(bool full) {
   TrainOptions big = testing::small_train_options("accum_big"), split = testing::small_train_options("accum_split");
   big.full = split.full = full;
-  split.micro_batch_size = 2;
+  split.memory.micro_batch_size = 2;
   Trainer a(big), b(split);
   for (int s = 0; s < 3; ++s) {
     auto ba = a.next_micro_batches(), bb = b.next_micro_batches();
@@ -46,7 +46,7 @@ TEST(Trainer, RouterAuxLossIsReportedAndTrained) {
   ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   c.output_router_logits = true;
   c.router_aux_loss_coef = 0.01;
-  o.model_config = c;
+  o.model.config = c;
   Trainer t(o);
   StepStats st = t.step(t.next_micro_batches());
   // Perfectly balanced routing gives exactly top_k (= 2); a random router is close to it.
@@ -56,25 +56,25 @@ TEST(Trainer, RouterAuxLossIsReportedAndTrained) {
 
 TEST(Trainer, LoraLearnsTheBuiltInTask) {
   TrainOptions o = testing::small_train_options("learn");
-  o.dtype = "float32";
-  o.batch_size = 32;
-  o.lr = 3e-3;
-  o.steps = 150;
+  o.model.dtype = "float32";
+  o.optim.batch_size = 32;
+  o.optim.lr = 3e-3;
+  o.optim.steps = 150;
   Trainer t(o);
-  auto [first, last] = testing::first_and_last_loss(t, o.steps);
+  auto [first, last] = testing::first_and_last_loss(t, o.optim.steps);
   EXPECT_LT(last, 0.8 * first) << "first " << first << " last " << last;
 }
 
 TEST(Trainer, SavedAdapterReloadsToTheSameLogits) {
   TrainOptions o = testing::small_train_options("reload");
-  o.steps = 2;
+  o.optim.steps = 2;
   Trainer t(o);
   t.run();
-  std::string dir = o.output + "/adapter";
+  std::string dir = o.run.output + "/adapter";
   ASSERT_TRUE(std::filesystem::exists(dir + "/adapter_model.safetensors"));
   // A fresh base (same seed, so same weights) plus the loaded adapter.
   TrainOptions base = o;
-  base.output = o.output + "_base";
+  base.run.output = o.run.output + "_base";
   Trainer fresh(base);
   fresh.lora().detach_from(fresh.model());
   LoraModel loaded = load_adapter(dir, fresh.model());

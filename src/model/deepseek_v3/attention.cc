@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/decode_cache.h"
+#include "model/deepseek_v3/config.h"
 
 namespace glint {
 
@@ -15,18 +16,18 @@ constexpr double kLatentNormEps = 1e-6;
 
 MlaAttentionImpl::MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& p)
     : num_heads(c.num_attention_heads),
-      nope_dim(c.qk_nope_head_dim),
-      rope_dim(c.qk_rope_head_dim),
-      v_dim(c.v_head_dim),
-      kv_lora_rank(c.kv_lora_rank),
+      nope_dim(mla(c).qk_nope_head_dim),
+      rope_dim(mla(c).qk_rope_head_dim),
+      v_dim(mla(c).v_head_dim),
+      kv_lora_rank(mla(c).kv_lora_rank),
       interleave(c.rope_interleave) {
   const int64_t H = c.hidden_size, Dqk = nope_dim + rope_dim;
-  if (c.q_lora_rank == 0) {
+  if (mla(c).q_lora_rank == 0) {
     q_proj = register_module("q_proj", Linear(H, num_heads * Dqk, false, p));
   } else {
-    q_a_proj = register_module("q_a_proj", Linear(H, c.q_lora_rank, c.attention_bias, p));
-    q_a_layernorm = register_module("q_a_layernorm", RMSNorm(c.q_lora_rank, kLatentNormEps, p));
-    q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, num_heads * Dqk, false, p));
+    q_a_proj = register_module("q_a_proj", Linear(H, mla(c).q_lora_rank, c.attention_bias, p));
+    q_a_layernorm = register_module("q_a_layernorm", RMSNorm(mla(c).q_lora_rank, kLatentNormEps, p));
+    q_b_proj = register_module("q_b_proj", Linear(mla(c).q_lora_rank, num_heads * Dqk, false, p));
   }
   kv_a_proj_with_mqa = register_module("kv_a_proj_with_mqa", Linear(H, kv_lora_rank + rope_dim, c.attention_bias, p));
   kv_a_layernorm = register_module("kv_a_layernorm", RMSNorm(kv_lora_rank, kLatentNormEps, p));

@@ -8,6 +8,7 @@
 #include "model/expert_keys.h"
 #include "model/deepseek_v3/attention.h"
 #include "model/moe.h"
+#include "model/deepseek_v3/config.h"
 
 namespace glint {
 
@@ -31,11 +32,11 @@ class DeepseekV3Family : public ModelFamily {
     c.num_experts_per_tok = 8;
     c.n_shared_experts = 1;
     c.routed_scaling_factor = 2.5;
-    c.kv_lora_rank = 512;
-    c.q_lora_rank = 1536;
-    c.qk_rope_head_dim = 64;
-    c.qk_nope_head_dim = 128;
-    c.v_head_dim = 128;
+    mla(c).kv_lora_rank = 512;
+    mla(c).q_lora_rank = 1536;
+    mla(c).qk_rope_head_dim = 64;
+    mla(c).qk_nope_head_dim = 128;
+    mla(c).v_head_dim = 128;
     c.n_group = 8;
     c.topk_group = 4;
     c.first_k_dense_replace = 3;
@@ -50,13 +51,13 @@ class DeepseekV3Family : public ModelFamily {
     cf::read(j, where, "num_experts_per_tok", &c.num_experts_per_tok);
     cf::read(j, where, "n_shared_experts", &c.n_shared_experts);
     cf::read(j, where, "routed_scaling_factor", &c.routed_scaling_factor);
-    cf::read(j, where, "kv_lora_rank", &c.kv_lora_rank);
+    cf::read(j, where, "kv_lora_rank", &mla(c).kv_lora_rank);
     auto q = j.find("q_lora_rank");
-    if (q != j.end() && q->is_null()) c.q_lora_rank = 0;  // null: a plain q_proj
-    else cf::read(j, where, "q_lora_rank", &c.q_lora_rank);
-    cf::read(j, where, "qk_rope_head_dim", &c.qk_rope_head_dim);
-    cf::read(j, where, "qk_nope_head_dim", &c.qk_nope_head_dim);
-    cf::read(j, where, "v_head_dim", &c.v_head_dim);
+    if (q != j.end() && q->is_null()) mla(c).q_lora_rank = 0;  // null: a plain q_proj
+    else cf::read(j, where, "q_lora_rank", &mla(c).q_lora_rank);
+    cf::read(j, where, "qk_rope_head_dim", &mla(c).qk_rope_head_dim);
+    cf::read(j, where, "qk_nope_head_dim", &mla(c).qk_nope_head_dim);
+    cf::read(j, where, "v_head_dim", &mla(c).v_head_dim);
     cf::read(j, where, "n_group", &c.n_group);
     cf::read(j, where, "topk_group", &c.topk_group);
     cf::read(j, where, "first_k_dense_replace", &c.first_k_dense_replace);
@@ -67,7 +68,7 @@ class DeepseekV3Family : public ModelFamily {
     GLINT_CHECK(scoring == "sigmoid", where, ": scoring_func '", scoring, "' is not supported (expected sigmoid)");
     auto quant = j.find("quantization_config");
     if (quant != j.end() && !quant->is_null()) cf::read_fp8_quantization(*quant, where + " (quantization_config)");
-    c.head_dim = c.qk_rope_head_dim;  // as transformers sets it: the RoPE width
+    c.head_dim = mla(c).qk_rope_head_dim;  // as transformers sets it: the RoPE width
     c.scoring_func = "sigmoid";
     c.router_correction_bias = true;
     validate(c, where);
@@ -83,12 +84,12 @@ class DeepseekV3Family : public ModelFamily {
     j["num_experts_per_tok"] = c.num_experts_per_tok;
     j["n_shared_experts"] = c.n_shared_experts;
     j["routed_scaling_factor"] = c.routed_scaling_factor;
-    j["kv_lora_rank"] = c.kv_lora_rank;
-    j["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
-    j["qk_rope_head_dim"] = c.qk_rope_head_dim;
-    j["qk_nope_head_dim"] = c.qk_nope_head_dim;
-    j["v_head_dim"] = c.v_head_dim;
-    j["head_dim"] = c.qk_rope_head_dim;
+    j["kv_lora_rank"] = mla(c).kv_lora_rank;
+    j["q_lora_rank"] = mla(c).q_lora_rank > 0 ? json(mla(c).q_lora_rank) : json(nullptr);
+    j["qk_rope_head_dim"] = mla(c).qk_rope_head_dim;
+    j["qk_nope_head_dim"] = mla(c).qk_nope_head_dim;
+    j["v_head_dim"] = mla(c).v_head_dim;
+    j["head_dim"] = mla(c).qk_rope_head_dim;
     j["n_group"] = c.n_group;
     j["topk_group"] = c.topk_group;
     j["first_k_dense_replace"] = c.first_k_dense_replace;
@@ -107,13 +108,13 @@ class DeepseekV3Family : public ModelFamily {
     auto positive = [&](const char* name, int64_t v) {
       GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);
     };
-    positive("kv_lora_rank", c.kv_lora_rank);
-    positive("qk_rope_head_dim", c.qk_rope_head_dim);
-    positive("qk_nope_head_dim", c.qk_nope_head_dim);
-    positive("v_head_dim", c.v_head_dim);
-    GLINT_CHECK(c.q_lora_rank >= 0, where, ": q_lora_rank must be positive or null, got ", c.q_lora_rank);
-    GLINT_CHECK(c.qk_rope_head_dim % 2 == 0, where, ": qk_rope_head_dim must be even for RoPE, got ",
-                c.qk_rope_head_dim);
+    positive("kv_lora_rank", mla(c).kv_lora_rank);
+    positive("qk_rope_head_dim", mla(c).qk_rope_head_dim);
+    positive("qk_nope_head_dim", mla(c).qk_nope_head_dim);
+    positive("v_head_dim", mla(c).v_head_dim);
+    GLINT_CHECK(mla(c).q_lora_rank >= 0, where, ": q_lora_rank must be positive or null, got ", mla(c).q_lora_rank);
+    GLINT_CHECK(mla(c).qk_rope_head_dim % 2 == 0, where, ": qk_rope_head_dim must be even for RoPE, got ",
+                mla(c).qk_rope_head_dim);
     GLINT_CHECK(c.first_k_dense_replace >= 0, where, ": first_k_dense_replace must be >= 0, got ",
                 c.first_k_dense_replace);
     if (c.first_k_dense_replace > 0 || c.num_experts == 0) positive("intermediate_size", c.intermediate_size);
@@ -143,7 +144,7 @@ class DeepseekV3Family : public ModelFamily {
 
   std::vector<RotaryTables> rotary(const ModelConfig& c, const at::Tensor& position_ids,
                                    c10::ScalarType compute) const override {
-    return {rotary_tables(position_ids, rope_inv_freq(c.qk_rope_head_dim, c.rope_theta, c.rope_scaling),
+    return {rotary_tables(position_ids, rope_inv_freq(mla(c).qk_rope_head_dim, c.rope_theta, c.rope_scaling),
                           rope_attention_factor(c.rope_scaling), compute)};
   }
 

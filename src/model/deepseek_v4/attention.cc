@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/deepseek_v4/config.h"
 
 namespace glint {
 
@@ -191,20 +192,20 @@ DeepseekV4IndexerScorerImpl::DeepseekV4IndexerScorerImpl(int64_t hidden, int64_t
 }
 
 DeepseekV4IndexerImpl::DeepseekV4IndexerImpl(const ModelConfig& c, const TensorPlacement& p)
-    : DeepseekV4CompressorImpl(c.hidden_size, c.index_head_dim, c.compress_rate_csa, /*overlap=*/true,
+    : DeepseekV4CompressorImpl(c.hidden_size, v4(c).index_head_dim, v4(c).compress_rate_csa, /*overlap=*/true,
                                c.rms_norm_eps, p),
-      heads(c.index_n_heads),
-      topk(c.index_topk) {
-  q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, heads * dim, false, p));
+      heads(v4(c).index_n_heads),
+      topk(v4(c).index_topk) {
+  q_b_proj = register_module("q_b_proj", Linear(v4(c).q_lora_rank, heads * dim, false, p));
   scorer = register_module("scorer", DeepseekV4IndexerScorer(c.hidden_size, heads, p));
 }
 
 DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& p)
     : num_heads(c.num_attention_heads),
       head_dim(c.head_dim),
-      rope_dim(c.qk_rope_head_dim),
-      groups(c.o_groups),
-      group_rank(c.o_lora_rank),
+      rope_dim(v4(c).qk_rope_head_dim),
+      groups(v4(c).o_groups),
+      group_rank(v4(c).o_lora_rank),
       window(c.sliding_window),
       eps(c.rms_norm_eps) {
   GLINT_CHECK(layer >= 0 && layer < int64_t(c.layer_types.size()), "deepseek_v4 layer ", layer,
@@ -212,29 +213,29 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   kind = c.layer_types[layer];
   GLINT_CHECK(deepseek_v4_layer_kind_known(kind), "deepseek_v4 layer_types[", layer, "] is \"", kind,
               "\"; expected ", kDeepseekV4Sliding, ", ", kDeepseekV4Csa, " or ", kDeepseekV4Hca);
-  GLINT_CHECK(c.q_lora_rank > 0, "deepseek_v4 needs q_lora_rank > 0, got ", c.q_lora_rank);
+  GLINT_CHECK(v4(c).q_lora_rank > 0, "deepseek_v4 needs q_lora_rank > 0, got ", v4(c).q_lora_rank);
   GLINT_CHECK(groups > 0 && group_rank > 0 && num_heads % groups == 0, "deepseek_v4: o_groups (", groups,
               ") must divide num_attention_heads (", num_heads, ") and o_lora_rank (", group_rank, ") be positive");
   GLINT_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "deepseek_v4: qk_rope_head_dim (", rope_dim,
               ") must be even, positive and at most head_dim (", head_dim, ")");
   const int64_t H = c.hidden_size, D = head_dim, N = num_heads;
-  q_a_proj = register_module("q_a_proj", Linear(H, c.q_lora_rank, false, p));
-  q_a_norm = register_module("q_a_norm", RMSNorm(c.q_lora_rank, eps, p));
-  q_b_proj = register_module("q_b_proj", Linear(c.q_lora_rank, N * D, false, p));
+  q_a_proj = register_module("q_a_proj", Linear(H, v4(c).q_lora_rank, false, p));
+  q_a_norm = register_module("q_a_norm", RMSNorm(v4(c).q_lora_rank, eps, p));
+  q_b_proj = register_module("q_b_proj", Linear(v4(c).q_lora_rank, N * D, false, p));
   kv_proj = register_module("kv_proj", Linear(H, D, false, p));
   kv_norm = register_module("kv_norm", RMSNorm(D, eps, p));
   o_a_proj = register_module("o_a_proj", Linear(N * D / groups, groups * group_rank, false, p));
   o_b_proj = register_module("o_b_proj", Linear(groups * group_rank, H, false, p));
   sinks = register_parameter("sinks", new_weight({N}, p));
   if (kind == kDeepseekV4Hca) {
-    GLINT_CHECK(c.compress_rate_hca > 0, "deepseek_v4: compress_rate_hca must be positive, got ", c.compress_rate_hca);
-    compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_hca, false, eps, p));
+    GLINT_CHECK(v4(c).compress_rate_hca > 0, "deepseek_v4: compress_rate_hca must be positive, got ", v4(c).compress_rate_hca);
+    compressor = register_module("compressor", DeepseekV4Compressor(H, D, v4(c).compress_rate_hca, false, eps, p));
   } else if (kind == kDeepseekV4Csa) {
-    GLINT_CHECK(c.compress_rate_csa > 0, "deepseek_v4: compress_rate_csa must be positive, got ", c.compress_rate_csa);
-    GLINT_CHECK(c.index_n_heads > 0 && c.index_topk > 0 && c.index_head_dim >= rope_dim,
-                "deepseek_v4: CSA needs index_n_heads > 0 (", c.index_n_heads, "), index_topk > 0 (", c.index_topk,
-                ") and index_head_dim (", c.index_head_dim, ") at least qk_rope_head_dim (", rope_dim, ")");
-    compressor = register_module("compressor", DeepseekV4Compressor(H, D, c.compress_rate_csa, true, eps, p));
+    GLINT_CHECK(v4(c).compress_rate_csa > 0, "deepseek_v4: compress_rate_csa must be positive, got ", v4(c).compress_rate_csa);
+    GLINT_CHECK(v4(c).index_n_heads > 0 && v4(c).index_topk > 0 && v4(c).index_head_dim >= rope_dim,
+                "deepseek_v4: CSA needs index_n_heads > 0 (", v4(c).index_n_heads, "), index_topk > 0 (", v4(c).index_topk,
+                ") and index_head_dim (", v4(c).index_head_dim, ") at least qk_rope_head_dim (", rope_dim, ")");
+    compressor = register_module("compressor", DeepseekV4Compressor(H, D, v4(c).compress_rate_csa, true, eps, p));
     compressor->indexer = compressor->register_module("indexer", std::make_shared<DeepseekV4IndexerImpl>(c, p));
   }
 }

@@ -12,6 +12,7 @@
 #include "model/expert_keys.h"
 #include "model/deepseek_v4/attention.h"
 #include "model/moe.h"
+#include "model/deepseek_v4/config.h"
 
 namespace glint {
 
@@ -82,38 +83,38 @@ class DeepseekV4Family : public ModelFamily {
     // transformers' DeepseekV4Config defaults (the released Flash values) for what a
     // config.json may leave out.
     c.head_dim = 512;
-    c.q_lora_rank = 1024;
-    c.o_groups = 8;
-    c.o_lora_rank = 1024;
+    v4(c).q_lora_rank = 1024;
+    v4(c).o_groups = 8;
+    v4(c).o_lora_rank = 1024;
     c.num_experts = 256;
     c.num_experts_per_tok = 6;
     c.moe_intermediate_size = 2048;
     c.routed_scaling_factor = 1.5;
-    c.index_n_heads = 64;
-    c.index_head_dim = 128;
-    c.index_topk = 512;
+    v4(c).index_n_heads = 64;
+    v4(c).index_head_dim = 128;
+    v4(c).index_topk = 512;
     c.hc_mult = 4;
     c.sliding_window = 128;
     c.swiglu_limit = 10.0;
     c.max_position_embeddings = 1048576;
-    c.compress_rope_theta = 160000.0;
+    v4(c).compress_rope_theta = 160000.0;
     cf::read_common(j, where, &c);
     cf::read(j, where, "head_dim", &c.head_dim);
-    cf::read(j, where, "q_lora_rank", &c.q_lora_rank);
-    cf::read(j, where, "o_groups", &c.o_groups);
-    cf::read(j, where, "o_lora_rank", &c.o_lora_rank);
+    cf::read(j, where, "q_lora_rank", &v4(c).q_lora_rank);
+    cf::read(j, where, "o_groups", &v4(c).o_groups);
+    cf::read(j, where, "o_lora_rank", &v4(c).o_lora_rank);
     cf::read(j, where, "n_routed_experts", &c.num_experts);
     cf::read(j, where, "num_experts_per_tok", &c.num_experts_per_tok);
     cf::read(j, where, "moe_intermediate_size", &c.moe_intermediate_size);
     cf::read(j, where, "routed_scaling_factor", &c.routed_scaling_factor);
-    cf::read(j, where, "index_n_heads", &c.index_n_heads);
-    cf::read(j, where, "index_head_dim", &c.index_head_dim);
-    cf::read(j, where, "index_topk", &c.index_topk);
+    cf::read(j, where, "index_n_heads", &v4(c).index_n_heads);
+    cf::read(j, where, "index_head_dim", &v4(c).index_head_dim);
+    cf::read(j, where, "index_topk", &v4(c).index_topk);
     cf::read(j, where, "hc_mult", &c.hc_mult);
     cf::read(j, where, "hc_sinkhorn_iters", &c.hc_sinkhorn_iters);
     cf::read(j, where, "hc_eps", &c.hc_eps);
     cf::read(j, where, "swiglu_limit", &c.swiglu_limit);
-    cf::read(j, where, "compress_rope_theta", &c.compress_rope_theta);
+    cf::read(j, where, "compress_rope_theta", &v4(c).compress_rope_theta);
     // sliding_window: null or <= 0 means no window.
     if (auto sw = j.find("sliding_window"); sw != j.end()) {
       if (sw->is_null()) c.sliding_window = 0;
@@ -129,7 +130,7 @@ class DeepseekV4Family : public ModelFamily {
     c.router_correction_bias = true;
     read_layer_types(j, where, &c);
     read_rope(j, where, &c);
-    c.qk_rope_head_dim = rope_dims(c);  // the attention's rotary width
+    v4(c).qk_rope_head_dim = rope_dims(c);  // the attention's rotary width
     auto quant = j.find("quantization_config");
     if (quant != j.end() && !quant->is_null()) cf::read_fp8_quantization(*quant, where + " (quantization_config)");
     validate(c, where);
@@ -140,9 +141,9 @@ class DeepseekV4Family : public ModelFamily {
     json j = cf::common_json(c);
     j["architectures"] = {"DeepseekV4ForCausalLM"};
     j["head_dim"] = c.head_dim;
-    j["q_lora_rank"] = c.q_lora_rank;
-    j["o_groups"] = c.o_groups;
-    j["o_lora_rank"] = c.o_lora_rank;
+    j["q_lora_rank"] = v4(c).q_lora_rank;
+    j["o_groups"] = v4(c).o_groups;
+    j["o_lora_rank"] = v4(c).o_lora_rank;
     j["n_routed_experts"] = c.num_experts;
     j["n_shared_experts"] = 1;
     j["num_experts_per_tok"] = c.num_experts_per_tok;
@@ -151,9 +152,9 @@ class DeepseekV4Family : public ModelFamily {
     j["scoring_func"] = c.scoring_func;
     j["topk_method"] = "noaux_tc";
     j["norm_topk_prob"] = true;
-    j["index_n_heads"] = c.index_n_heads;
-    j["index_head_dim"] = c.index_head_dim;
-    j["index_topk"] = c.index_topk;
+    j["index_n_heads"] = v4(c).index_n_heads;
+    j["index_head_dim"] = v4(c).index_head_dim;
+    j["index_topk"] = v4(c).index_topk;
     j["hc_mult"] = c.hc_mult;
     j["hc_sinkhorn_iters"] = c.hc_sinkhorn_iters;
     j["hc_eps"] = c.hc_eps;
@@ -161,10 +162,10 @@ class DeepseekV4Family : public ModelFamily {
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
     j["layer_types"] = c.layer_types;
     j["mlp_layer_types"] = c.mlp_layer_types;
-    j["compress_rates"] = {{kDeepseekV4Csa, c.compress_rate_csa}, {kDeepseekV4Hca, c.compress_rate_hca}};
+    j["compress_rates"] = {{kDeepseekV4Csa, v4(c).compress_rate_csa}, {kDeepseekV4Hca, v4(c).compress_rate_hca}};
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["qk_rope_head_dim"] = rope_dims(c);
-    j["compress_rope_theta"] = c.compress_rope_theta;
+    j["compress_rope_theta"] = v4(c).compress_rope_theta;
     j["rope_scaling"] = cf::rope_scaling_json(c.rope_scaling);
     return j;
   }
@@ -177,15 +178,15 @@ class DeepseekV4Family : public ModelFamily {
       GLINT_CHECK(v > 0, where, ": ", name, " must be positive, got ", v);
     };
     positive("head_dim", c.head_dim);
-    positive("q_lora_rank", c.q_lora_rank);
-    positive("o_groups", c.o_groups);
-    positive("o_lora_rank", c.o_lora_rank);
+    positive("q_lora_rank", v4(c).q_lora_rank);
+    positive("o_groups", v4(c).o_groups);
+    positive("o_lora_rank", v4(c).o_lora_rank);
     positive("hc_mult", c.hc_mult);
     positive("hc_sinkhorn_iters", c.hc_sinkhorn_iters);
     positive("n_routed_experts", c.num_experts);
     GLINT_CHECK(c.hc_eps >= 0, where, ": hc_eps must be >= 0, got ", c.hc_eps);
     GLINT_CHECK(c.swiglu_limit >= 0, where, ": swiglu_limit must be >= 0, got ", c.swiglu_limit);
-    GLINT_CHECK(c.num_attention_heads % c.o_groups == 0, where, ": o_groups (", c.o_groups,
+    GLINT_CHECK(c.num_attention_heads % v4(c).o_groups == 0, where, ": o_groups (", v4(c).o_groups,
                 ") must divide num_attention_heads (", c.num_attention_heads, ")");
     GLINT_CHECK(c.routed_scaling_factor > 0, where, ": routed_scaling_factor must be positive, got ",
                 c.routed_scaling_factor);
@@ -193,8 +194,8 @@ class DeepseekV4Family : public ModelFamily {
     GLINT_CHECK(rd > 0 && rd % 2 == 0 && rd <= c.head_dim, where, ": partial_rotary_factor ",
                 c.partial_rotary_factor, " gives ", rd, " RoPE dims of head_dim ", c.head_dim,
                 " (need an even number in [2, head_dim])");
-    GLINT_CHECK(c.compress_rope_theta > 0, where, ": compress_rope_theta must be positive, got ",
-                c.compress_rope_theta);
+    GLINT_CHECK(v4(c).compress_rope_theta > 0, where, ": compress_rope_theta must be positive, got ",
+                v4(c).compress_rope_theta);
     GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ",
                 c.layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
     GLINT_CHECK(int64_t(c.mlp_layer_types.size()) == c.num_hidden_layers, where, ": mlp_layer_types has ",
@@ -210,15 +211,15 @@ class DeepseekV4Family : public ModelFamily {
       GLINT_CHECK(t == kHashMoe || t == kMoe, where, ": mlp layer type '", t, "' is not one of ", kHashMoe, ", ",
                   kMoe);
     if (compressed) {
-      positive("compress rate of compressed_sparse_attention", c.compress_rate_csa);
-      positive("compress rate of heavily_compressed_attention", c.compress_rate_hca);
+      positive("compress rate of compressed_sparse_attention", v4(c).compress_rate_csa);
+      positive("compress rate of heavily_compressed_attention", v4(c).compress_rate_hca);
     }
     if (csa) {
-      positive("index_n_heads", c.index_n_heads);
-      positive("index_head_dim", c.index_head_dim);
-      positive("index_topk", c.index_topk);
-      GLINT_CHECK(rd <= c.index_head_dim, where, ": the ", rd, " RoPE dims exceed index_head_dim ",
-                  c.index_head_dim);
+      positive("index_n_heads", v4(c).index_n_heads);
+      positive("index_head_dim", v4(c).index_head_dim);
+      positive("index_topk", v4(c).index_topk);
+      GLINT_CHECK(rd <= v4(c).index_head_dim, where, ": the ", rd, " RoPE dims exceed index_head_dim ",
+                  v4(c).index_head_dim);
     }
   }
 
@@ -235,7 +236,7 @@ class DeepseekV4Family : public ModelFamily {
                                    c10::ScalarType compute) const override {
     const int64_t rd = rope_dims(c);
     return {rotary_tables(position_ids, rope_inv_freq(rd, c.rope_theta, ModelConfig::RopeScaling{}), 1.0, compute),
-            rotary_tables(position_ids, rope_inv_freq(rd, c.compress_rope_theta, c.rope_scaling),
+            rotary_tables(position_ids, rope_inv_freq(rd, v4(c).compress_rope_theta, c.rope_scaling),
                           rope_attention_factor(c.rope_scaling), compute)};
   }
 
@@ -359,11 +360,11 @@ class DeepseekV4Family : public ModelFamily {
     const int64_t n = c->num_hidden_layers;
     if (auto rates = j.find("compress_rates"); rates != j.end() && !rates->is_null()) {
       GLINT_CHECK(rates->is_object(), where, ": field 'compress_rates' must be an object, got ", rates->dump());
-      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Csa, &c->compress_rate_csa);
-      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Hca, &c->compress_rate_hca);
+      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Csa, &v4(*c).compress_rate_csa);
+      cf::read(*rates, where + " (compress_rates)", kDeepseekV4Hca, &v4(*c).compress_rate_hca);
     }
-    cf::read(j, where, "compress_rate_csa", &c->compress_rate_csa);
-    cf::read(j, where, "compress_rate_hca", &c->compress_rate_hca);
+    cf::read(j, where, "compress_rate_csa", &v4(*c).compress_rate_csa);
+    cf::read(j, where, "compress_rate_hca", &v4(*c).compress_rate_hca);
     auto types = j.find("layer_types");
     std::vector<int64_t> ratios;
     if (types != j.end() && !types->is_null()) {
@@ -421,7 +422,7 @@ class DeepseekV4Family : public ModelFamily {
       c->partial_rotary_factor = main.partial_rotary_factor < 0 ? 1.0 : main.partial_rotary_factor;
       cf::read_rope_scaling(json{{"rope_scaling", (*rp)["compress"]}}, w + " compress", /*yarn_allowed=*/true, c);
       c->rope_theta = main.theta;
-      c->compress_rope_theta = compress.theta;
+      v4(*c).compress_rope_theta = compress.theta;
     } else {
       // The scaling block's own rope_theta (if any) is not the main set's: compress_rope_theta
       // is the compressed layers' base.

@@ -79,7 +79,7 @@ class Qwen3Family : public ModelFamily {
                 c.decoder_sparse_step);
     GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", c.model_type);
     GLINT_CHECK(c.scoring_func == "softmax" && c.n_group == 1 && c.n_shared_experts == 0 &&
-                    c.first_k_dense_replace == 0 && c.moe_layer_freq == 1 && c.q_lora_rank == 0,
+                    c.first_k_dense_replace == 0 && c.moe_layer_freq == 1 && !c.family_fields.get(),
                 where, ": fields of another family are set on a ", c.model_type, " config");
     bool any_dense = false;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) any_dense |= !c.is_moe_layer(l);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/decode_cache.h"
 #include "model/qwen3_5/gated_delta.h"
+#include "model/qwen3_5/config.h"
 
 namespace glint {
 
@@ -66,10 +67,10 @@ ConvWeightImpl::ConvWeightImpl(int64_t channels, int64_t width, const TensorPlac
 }
 
 GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement& p, DeltaNetProjections f)
-    : key_heads(c.linear_num_key_heads),
-      value_heads(c.linear_num_value_heads),
-      key_dim(c.linear_key_head_dim),
-      value_dim(c.linear_value_head_dim),
+    : key_heads(delta_net(c).linear_num_key_heads),
+      value_heads(delta_net(c).linear_num_value_heads),
+      key_dim(delta_net(c).linear_key_head_dim),
+      value_dim(delta_net(c).linear_value_head_dim),
       form(f) {
   const int64_t H = c.hidden_size, channels = 2 * key_heads * key_dim + value_heads * value_dim;
   GLINT_CHECK(key_heads > 0 && value_heads % key_heads == 0, "GatedDeltaNet: linear_num_value_heads (", value_heads,
@@ -83,7 +84,7 @@ GatedDeltaNetImpl::GatedDeltaNetImpl(const ModelConfig& c, const TensorPlacement
     in_proj_b = register_module("in_proj_b", Linear(H, value_heads, false, p));
     in_proj_a = register_module("in_proj_a", Linear(H, value_heads, false, p));
   }
-  conv1d = register_module("conv1d", ConvWeight(channels, c.linear_conv_kernel_dim, p));
+  conv1d = register_module("conv1d", ConvWeight(channels, delta_net(c).linear_conv_kernel_dim, p));
   auto opts = at::TensorOptions().dtype(p.dtype).device(p.device);
   dt_bias = register_parameter("dt_bias", at::ones({value_heads}, opts));
   A_log = register_parameter("A_log", at::zeros({value_heads}, opts));

@@ -8,6 +8,7 @@
 #include "model/expert_keys.h"
 #include "model/moe.h"
 #include "model/qwen3_5/attention.h"
+#include "model/qwen3_5/config.h"
 
 namespace glint {
 
@@ -34,11 +35,11 @@ class Qwen3_5Family : public ModelFamily {
     const std::string w = nested ? where + " (text_config)" : where;
     c.head_dim = 256;
     c.num_key_value_heads = 2;
-    c.linear_num_key_heads = 16;
-    c.linear_num_value_heads = 32;
-    c.linear_key_head_dim = 128;
-    c.linear_value_head_dim = 128;
-    c.linear_conv_kernel_dim = 4;
+    delta_net(c).linear_num_key_heads = 16;
+    delta_net(c).linear_num_value_heads = 32;
+    delta_net(c).linear_key_head_dim = 128;
+    delta_net(c).linear_value_head_dim = 128;
+    delta_net(c).linear_conv_kernel_dim = 4;
     c.moe_intermediate_size = 512;
     c.shared_expert_intermediate_size = 512;
     c.num_experts = 256;
@@ -49,11 +50,11 @@ class Qwen3_5Family : public ModelFamily {
     if (!cf::read(top, where, "tie_word_embeddings", &c.tie_word_embeddings)) c.tie_word_embeddings = false;
     // M-RoPE gives every section the same position for text: plain RoPE here.
     cf::read_partial_rope(j, w, {"default", "mrope"}, &c);
-    cf::read(j, w, "linear_num_key_heads", &c.linear_num_key_heads);
-    cf::read(j, w, "linear_num_value_heads", &c.linear_num_value_heads);
-    cf::read(j, w, "linear_key_head_dim", &c.linear_key_head_dim);
-    cf::read(j, w, "linear_value_head_dim", &c.linear_value_head_dim);
-    cf::read(j, w, "linear_conv_kernel_dim", &c.linear_conv_kernel_dim);
+    cf::read(j, w, "linear_num_key_heads", &delta_net(c).linear_num_key_heads);
+    cf::read(j, w, "linear_num_value_heads", &delta_net(c).linear_num_value_heads);
+    cf::read(j, w, "linear_key_head_dim", &delta_net(c).linear_key_head_dim);
+    cf::read(j, w, "linear_value_head_dim", &delta_net(c).linear_value_head_dim);
+    cf::read(j, w, "linear_conv_kernel_dim", &delta_net(c).linear_conv_kernel_dim);
     cf::read(j, w, "num_experts", &c.num_experts);
     cf::read(j, w, "num_experts_per_tok", &c.num_experts_per_tok);
     cf::read(j, w, "moe_intermediate_size", &c.moe_intermediate_size);

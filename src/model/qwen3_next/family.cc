@@ -9,6 +9,7 @@
 #include "model/mlp.h"
 #include "model/moe.h"
 #include "model/qwen3_5/attention.h"
+#include "model/qwen3_5/config.h"
 
 namespace glint {
 
@@ -30,11 +31,11 @@ class Qwen3NextFamily : public ModelFamily {
     // Qwen3NextConfig's defaults (the 80B-A3B sizes) for the fields a file may leave out.
     c.head_dim = 256;
     c.intermediate_size = 5632;
-    c.linear_num_key_heads = 16;
-    c.linear_num_value_heads = 32;
-    c.linear_key_head_dim = 128;
-    c.linear_value_head_dim = 128;
-    c.linear_conv_kernel_dim = 4;
+    delta_net(c).linear_num_key_heads = 16;
+    delta_net(c).linear_num_value_heads = 32;
+    delta_net(c).linear_key_head_dim = 128;
+    delta_net(c).linear_value_head_dim = 128;
+    delta_net(c).linear_conv_kernel_dim = 4;
     c.moe_intermediate_size = 512;
     c.shared_expert_intermediate_size = 512;
     c.num_experts = 512;
@@ -44,11 +45,11 @@ class Qwen3NextFamily : public ModelFamily {
     cf::read(j, where, "head_dim", &c.head_dim);
     cf::read(j, where, "intermediate_size", &c.intermediate_size);
     cf::read_partial_rope(j, where, {"default"}, &c);
-    cf::read(j, where, "linear_num_key_heads", &c.linear_num_key_heads);
-    cf::read(j, where, "linear_num_value_heads", &c.linear_num_value_heads);
-    cf::read(j, where, "linear_key_head_dim", &c.linear_key_head_dim);
-    cf::read(j, where, "linear_value_head_dim", &c.linear_value_head_dim);
-    cf::read(j, where, "linear_conv_kernel_dim", &c.linear_conv_kernel_dim);
+    cf::read(j, where, "linear_num_key_heads", &delta_net(c).linear_num_key_heads);
+    cf::read(j, where, "linear_num_value_heads", &delta_net(c).linear_num_value_heads);
+    cf::read(j, where, "linear_key_head_dim", &delta_net(c).linear_key_head_dim);
+    cf::read(j, where, "linear_value_head_dim", &delta_net(c).linear_value_head_dim);
+    cf::read(j, where, "linear_conv_kernel_dim", &delta_net(c).linear_conv_kernel_dim);
     cf::read(j, where, "num_experts", &c.num_experts);
     cf::read(j, where, "num_experts_per_tok", &c.num_experts_per_tok);
     cf::read(j, where, "moe_intermediate_size", &c.moe_intermediate_size);
@@ -83,10 +84,12 @@ class Qwen3NextFamily : public ModelFamily {
   void validate(const ModelConfig& c, const std::string& where) const override {
     GLINT_CHECK(c.model_type == kModelType, where, ": model_type '", c.model_type, "' is not ", kModelType);
     cf::validate_common(c, where);
+    GLINT_CHECK(c.holds_fields<GatedDeltaNetFields>(), where, ": fields of another family are set on a ", kModelType,
+                " config");
     cf::validate_hybrid_layers(c, where);
     GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", kModelType);
     GLINT_CHECK(c.scoring_func == "softmax" && c.n_group == 1 && c.n_shared_experts == 0 &&
-                    c.first_k_dense_replace == 0 && c.moe_layer_freq == 1 && c.q_lora_rank == 0 && c.hc_mult == 0,
+                    c.first_k_dense_replace == 0 && c.moe_layer_freq == 1 && c.hc_mult == 0,
                 where, ": fields of another family are set on a ", kModelType, " config");
     // Checked before is_moe_layer() below, which divides by decoder_sparse_step.
     GLINT_CHECK(c.decoder_sparse_step > 0, where, ": decoder_sparse_step must be positive, got ",

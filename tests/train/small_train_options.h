@@ -12,13 +12,13 @@ namespace glint::testing {
 
 inline TrainOptions small_train_options(const std::string& name) {
   TrainOptions o;
-  o.output = fresh_temp_dir("trainer_" + name);
-  o.steps = 3;
-  o.batch_size = 8;
-  o.lr = 1e-2;
-  o.threads = 1;
-  o.dtype = "float64";
-  o.eval_samples = 8;
+  o.run.output = fresh_temp_dir("trainer_" + name);
+  o.optim.steps = 3;
+  o.optim.batch_size = 8;
+  o.optim.lr = 1e-2;
+  o.model.threads = 1;
+  o.model.dtype = "float64";
+  o.data.eval_samples = 8;
   return o;
 }
 
