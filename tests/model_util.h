@@ -5,9 +5,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/weights.h"
 
 namespace glint::testing {
 
@@ -22,6 +25,22 @@ inline at::Tensor positions(const at::Tensor& ids) {
 // The logits [B,S,V] of ids [B,S] at positions `pos` in segments `seg`.
 inline at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg) {
   return m.logits(m.forward(ids, pos, seg).hidden);
+}
+
+// Every parameter random around its initialisation (0.3 randn, plus 1 for vectors: norm
+// weights around 1), every buffer (router correction biases) 0.3 randn, negative ones among them.
+inline void randomize_around_init(CausalLMImpl& m, uint64_t seed) {
+  at::NoGradGuard ng;
+  at::manual_seed(seed);
+  for (auto& p : m.parameters()) p.copy_(at::randn(p.sizes(), p.options()) * 0.3 + (p.dim() == 1 ? 1.0 : 0.0));
+  for (auto& b : m.buffers()) b.copy_(at::randn(b.sizes(), b.options()) * 0.3);
+}
+
+// The model's tensors under the Hub names, in float64 (the reference implementations' input).
+inline std::map<std::string, at::Tensor> hub_weights_f64(CausalLMImpl& m) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [k, t] : hub_state_dict(m)) out[k] = t.to(at::kDouble);
+  return out;
 }
 
 // max |got - want| / max |want|.

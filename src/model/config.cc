@@ -83,8 +83,8 @@ void read_rope_scaling(const json& j, const std::string& where, bool yarn_allowe
 }
 
 void read_partial_rope(const json& j, const std::string& where, const std::vector<std::string>& types,
-                       ModelConfig* c) {
-  c->partial_rotary_factor = 0.25;
+                       ModelConfig* c, double default_factor) {
+  c->partial_rotary_factor = default_factor;
   read(j, where, "partial_rotary_factor", &c->partial_rotary_factor);
   std::string field;
   const json* rope = rope_block(j, where, &field);
@@ -97,6 +97,36 @@ void read_partial_rope(const json& j, const std::string& where, const std::vecto
               "' is not supported for ", c->model_type, " (expected one of: ", expected, ")");
   read(*rope, w, "rope_theta", &c->rope_theta);
   read(*rope, w, "partial_rotary_factor", &c->partial_rotary_factor);
+}
+
+void read_head_dim(const json& j, const std::string& where, ModelConfig* c) {
+  if (read(j, where, "head_dim", &c->head_dim)) return;
+  GLINT_CHECK(c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0, where,
+              ": no head_dim and hidden_size (", c->hidden_size, ") is not divisible by num_attention_heads (",
+              c->num_attention_heads, ")");
+  c->head_dim = c->hidden_size / c->num_attention_heads;
+}
+
+void validate_partial_rotary(const ModelConfig& c, const std::string& where) {
+  const int64_t R = int64_t(double(c.head_dim) * c.partial_rotary_factor);
+  GLINT_CHECK(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1 && R % 2 == 0 && R > 0, where,
+              ": partial_rotary_factor ", c.partial_rotary_factor, " gives ", R, " rotary dims of head_dim ", c.head_dim,
+              " (need an even number > 0)");
+}
+
+void validate_group_routing(const ModelConfig& c, const std::string& where) {
+  GLINT_CHECK(c.n_group > 0 && c.num_experts % c.n_group == 0, where, ": n_group (", c.n_group,
+              ") must divide n_routed_experts (", c.num_experts, ")");
+  GLINT_CHECK(c.n_group == 1 || c.num_experts / c.n_group >= 2, where,
+              ": each of the n_group groups needs at least 2 experts (a group scores its best two), got ",
+              c.num_experts / c.n_group);
+  GLINT_CHECK(c.topk_group >= 1 && c.topk_group <= c.n_group, where, ": topk_group (", c.topk_group,
+              ") must be in [1, n_group = ", c.n_group, "]");
+  GLINT_CHECK(c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group), where,
+              ": num_experts_per_tok (", c.num_experts_per_tok, ") exceeds the experts of the topk_group groups (",
+              c.topk_group * (c.num_experts / c.n_group), ")");
+  GLINT_CHECK(c.routed_scaling_factor > 0, where, ": routed_scaling_factor must be positive, got ",
+              c.routed_scaling_factor);
 }
 
 json rope_scaling_json(const ModelConfig::RopeScaling& r) {

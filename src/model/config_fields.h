@@ -50,11 +50,19 @@ std::string rope_type(const nlohmann::json& block, const std::string& where);
 // The RoPE scaling block ("rope_scaling", or v5's "rope_parameters" with a rope_type other
 // than "default"): none, or YaRN when `yarn_allowed`; anything else is refused by name.
 void read_rope_scaling(const nlohmann::json& j, const std::string& where, bool yarn_allowed, ModelConfig* c);
-// RoPE on the first head_dim * partial_rotary_factor dims (Qwen3.5-MoE, Qwen3-Next):
-// rope_theta and partial_rotary_factor (default 0.25) from the RoPE block (rope_block)
+// RoPE on the first head_dim * partial_rotary_factor dims (Qwen3.5-MoE, Qwen3-Next,
+// GLM-4.5): rope_theta and partial_rotary_factor (default: the family's) from the RoPE block (rope_block)
 // over the top level. A block whose type is not one of `types` is refused by name.
 void read_partial_rope(const nlohmann::json& j, const std::string& where, const std::vector<std::string>& types,
-                       ModelConfig* c);
+                       ModelConfig* c, double default_factor = 0.25);
+// head_dim from config.json, else hidden_size / num_attention_heads (which must divide it).
+void read_head_dim(const nlohmann::json& j, const std::string& where, ModelConfig* c);
+// Partial RoPE's check: head_dim * partial_rotary_factor rotary dims, an even number > 0.
+void validate_partial_rotary(const ModelConfig& c, const std::string& where);
+// Group-limited routing's checks (DeepSeek-V3's router, GLM-4.5's): n_group divides the
+// experts into groups of at least two, topk_group in [1, n_group], the top-k within the
+// kept groups' experts, a positive routed_scaling_factor.
+void validate_group_routing(const ModelConfig& c, const std::string& where);
 // The RoPE scaling as config.json's "rope_scaling" holds it: null when there is none.
 nlohmann::json rope_scaling_json(const ModelConfig::RopeScaling& r);
 // A "quantization_config" of the FP8 form the weight map dequantises (DeepSeek-V3, -V4):

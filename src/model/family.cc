@@ -1,8 +1,12 @@
 #include "model/family.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "core/error.h"
 #include "model/deepseek_v3/family.h"
 #include "model/deepseek_v4/family.h"
+#include "model/glm4_moe/family.h"
 #include "model/qwen3/family.h"
 #include "model/qwen3_5/family.h"
 #include "model/qwen3_next/family.h"
@@ -17,8 +21,17 @@ const std::vector<const ModelFamily*>& model_families() {
       &qwen3_5_family(),
       &deepseek_v4_family(),
       &qwen3_next_family(),
+      &glm4_moe_family(),
   };
   return families;
+}
+
+bool beyond_last_layer(const std::string& key, const std::string& prefix, int64_t num_hidden_layers) {
+  if (key.compare(0, prefix.size(), prefix) != 0) return false;
+  const size_t end = key.find('.', prefix.size());
+  const std::string digits = key.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+  return std::stoll(digits) >= num_hidden_layers;
 }
 
 const ModelFamily& family_for(const std::string& model_type, const std::string& where) {

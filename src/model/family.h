@@ -142,6 +142,11 @@ class ModelFamily {
   virtual bool saves_packed_experts() const { return false; }
 };
 
+// Whether a stored key names a decoder layer past the config's last, `prefix` then the
+// layer's index ("model.layers.61.eh_proj.weight" with 61 layers): the releases that
+// store multi-token-prediction layers after the decoder's (DeepSeek-V3, GLM-4.5) skip them.
+bool beyond_last_layer(const std::string& key, const std::string& prefix, int64_t num_hidden_layers);
+
 // Every registered family, in registry order.
 const std::vector<const ModelFamily*>& model_families();
 // The family reading `model_type`; throws glint::Error naming `where` and the known types.

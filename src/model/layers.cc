@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/compat.h"
 #include "core/error.h"
@@ -112,6 +113,12 @@ at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope) {
   at::Tensor cos = rope.cos.unsqueeze(1).to(x.scalar_type());  // [B,1,S,D]
   at::Tensor sin = rope.sin.unsqueeze(1).to(x.scalar_type());
   return x * cos + rotated * sin;
+}
+
+at::Tensor apply_partial_rotary(const at::Tensor& x, const RotaryTables& rope, int64_t R) {
+  if (R == x.size(-1)) return apply_rotary(x, rope);
+  std::vector<at::Tensor> parts = x.split_with_sizes({R, x.size(-1) - R}, -1);
+  return at::cat({apply_rotary(parts[0], rope), parts[1]}, -1);
 }
 
 SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device& device) {

@@ -79,6 +79,9 @@ double rope_attention_factor(const ModelConfig::RopeScaling& scaling);
 at::Tensor deinterleave_pairs(const at::Tensor& x);
 // x: [B, Nh, S, D]; rotate-half RoPE (non-interleaved), as transformers does.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& rope);
+// Partial RoPE: rotate-half RoPE on the first R dims of x [B, Nh, S, D] (the tables' width),
+// the other D - R dims passed through.
+at::Tensor apply_partial_rotary(const at::Tensor& x, const RotaryTables& rope, int64_t R);
 
 // Where the sequences of a [B,S] batch lie, read once per forward from its segment ids
 // (on the host: attention never waits for the device to learn the lengths). A sequence

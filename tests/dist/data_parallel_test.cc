@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "io/safetensors.h"
+#include "model/config.h"
+#include "model/family.h"
 #include "test_util.h"
 #include "tiny_run.h"
 
@@ -31,7 +33,7 @@ void make_routing_uneven(const std::string& file, const std::string& router) {
     for (const auto& k : f.keys()) tensors.emplace_back(k, f.read(k));
   }
   for (auto& [k, t] : tensors) {
-    if (k == "model.embed_tokens.weight") t.select(1, 0).fill_(0.5);
+    if (k == "model.embed_tokens.weight") t.select(1, 0).fill_(1.0);
     if (k == router) t.narrow(0, 6, 2).select(1, 0).fill_(-4.0);
     // Sigmoid routing (DeepSeek-V3): the correction bias keeps them out of the choice.
     if (k == router.substr(0, router.size() - 6) + "e_score_correction_bias") t.narrow(0, 6, 2).fill_(-1.0);
@@ -52,6 +54,7 @@ struct DataParallelVariant {
   double tol = 1e-9, grad_tol = 1e-9;
   double weight_tol = -1;  // the trained weights; -1: tol
   std::string model_type = "qwen3_moe";
+  nlohmann::json config;  // the model's config.json; null: the one written below for model_type
   friend void PrintTo(const DataParallelVariant& v, std::ostream* os) { *os << v.name; }
 };
 
@@ -109,14 +112,20 @@ TEST_P(DataParallel, RanksMatchTheSingleProcessRun) {
   qnext_cfg["mlp_only_layers"] = {1};
   qnext_cfg["norm_topk_prob"] = false;
   const bool qnext = GetParam().model_type == "qwen3_next";
-  nlohmann::json cfg = v3 ? v3_cfg : q35 ? q35_cfg : v4 ? v4_cfg : qnext ? qnext_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
+  nlohmann::json cfg = !GetParam().config.is_null() ? GetParam().config : v3 ? v3_cfg : q35 ? q35_cfg : v4 ? v4_cfg : qnext ? qnext_cfg : nlohmann::json{{"model_type", "qwen3_moe"}, {"vocab_size", 16}, {"hidden_size", 32},
                         {"intermediate_size", 48},   {"moe_intermediate_size", 16},
                         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},  {"head_dim", 8},
                         {"num_experts", 8},          {"num_experts_per_tok", 2},
                         {"mlp_only_layers", {1}},    {"output_router_logits", true},
                         {"router_aux_loss_coef", 0.02}, {"initializer_range", 0.1}};
-  const std::string router = v3 || v4 ? "model.layers.1.mlp.gate.weight" : "model.layers.0.mlp.gate.weight";
+  // The first MoE layer that routes by its router (not by a token-id table).
+  const glint::ModelConfig model_config = glint::ModelConfig::from_json(cfg, "test config");
+  int64_t routed = 0;
+  while (!model_config.is_moe_layer(routed) ||
+         (!model_config.mlp_layer_types.empty() && model_config.mlp_layer_types.at(size_t(routed)) == "hash_moe"))
+    ++routed;
+  const std::string router = "model.layers." + std::to_string(routed) + ".mlp.gate.weight";
   std::ofstream(dir + "/config.json") << cfg.dump();
   int code;
   std::string out = run_command(std::string(GLINT_BINARY) + " init-model --config " + dir + "/config.json --output " +
@@ -267,5 +276,26 @@ INSTANTIATE_TEST_SUITE_P(
                       DataParallelVariant{false, kEpV3, "Qwen3NextLoraEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"},
                       DataParallelVariant{true, kEpV3, "Qwen3NextFullEpFsdp", "float64", 1e-9, 1e-9, -1, "qwen3_next"}),
     [](const auto& info) { return info.param.name; });
+
+// Every registered family, at its own tiny configuration (its registry entry's), LoRA and
+// full training under EP x FSDP and replicated EP with recompute: a family added to the
+// registry is covered here without an edit.
+std::vector<DataParallelVariant> registry_variants() {
+  std::vector<DataParallelVariant> out;
+  for (const glint::ModelFamily* f : glint::model_families()) {
+    nlohmann::json cfg = f->tiny(16).to_json();
+    cfg["initializer_range"] = 0.1;  // gradients large enough for clipping to act
+    for (bool full : {false, true}) {
+      DataParallelVariant v{full, kEpV3, f->name() + (full ? "Full" : "Lora"), "float64"};
+      v.model_type = cfg["model_type"].get<std::string>();
+      v.config = cfg;
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, DataParallel, ::testing::ValuesIn(registry_variants()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -49,21 +49,6 @@ json yarn() {
           {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 0.8}};
 }
 
-// Every parameter random around its init (norm weights around 1), the correction biases
-// too, with negative ones among them.
-void randomize(CausalLMImpl& m, uint64_t seed) {
-  at::NoGradGuard ng;
-  at::manual_seed(seed);
-  for (auto& p : m.parameters()) p.copy_(at::randn(p.sizes(), p.options()) * 0.3 + (p.dim() == 1 ? 1.0 : 0.0));
-  for (auto& b : m.buffers()) b.copy_(at::randn(b.sizes(), b.options()) * 0.3);
-}
-
-std::map<std::string, at::Tensor> hub_weights(CausalLMImpl& m) {
-  std::map<std::string, at::Tensor> out;
-  for (auto& [k, t] : hub_state_dict(m)) out[k] = t.to(at::kDouble);
-  return out;
-}
-
 at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids) {
   at::Tensor pos = at::arange(ids.size(1), at::kLong).repeat({ids.size(0), 1});
   return m.logits(m.forward(ids, pos, at::zeros_like(ids)).hidden);
@@ -107,11 +92,11 @@ TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
     json j = v3_json();
     v.edit(j);
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    randomize(*m, ++seed);
+    testing::randomize_around_init(*m, ++seed);
     at::Tensor ids = at::randint(0, 40, {2, 9}, at::kLong);
     at::NoGradGuard ng;
     at::Tensor got = logits_of(*m, ids);
-    at::Tensor want = testing::deepseek_v3_reference_logits(j, hub_weights(*m), ids);
+    at::Tensor want = testing::deepseek_v3_reference_logits(j, testing::hub_weights_f64(*m), ids);
     ASSERT_EQ(got.sizes(), want.sizes());
     double err = (got - want).abs().max().item<double>() / want.abs().max().item<double>();
     EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
@@ -150,7 +135,7 @@ TEST(DeepseekV3, GradientsOfAttentionRouterAndSharedExpertsMatchFiniteDifference
   json j = v3_json();
   j["rope_scaling"] = yarn();
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-  randomize(*m, 5);
+  testing::randomize_around_init(*m, 5);
   at::Tensor ids = at::randint(0, 40, {2, 6}, at::kLong);
   at::Tensor probe = at::randn({2, 6, 40}, at::kDouble);
   auto f = [&] { return (logits_of(*m, ids) * probe).sum(); };
@@ -189,7 +174,7 @@ Fp8Pair write_fp8_pair(const std::string& root, const std::function<void(std::ve
   j["hidden_size"] = 136;
   j["moe_intermediate_size"] = 130;
   CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-  randomize(*m, 9);
+  testing::randomize_around_init(*m, 9);
   Fp8Pair out{root + "/fp8", root + "/plain", {}};
   std::filesystem::create_directories(out.fp8_dir);
   std::filesystem::create_directories(out.plain_dir);
@@ -270,6 +255,30 @@ TEST(DeepseekV3, Fp8CheckpointWithABadOrMissingScaleIsAClearError) {
   expect_error("dsv3_short_scale", [&](std::vector<RawTensor>& raw) {
     for (auto& r : raw) if (r.name == key + "_scale_inv") r.t = at::ones({1}, at::kFloat);
   }, key);
+}
+
+// The release stores its multi-token-prediction layer after the decoder's
+// (model.layers.61.* with 61 layers): loading skips it; other unknown keys stay errors.
+TEST(DeepseekV3, TheMultiTokenPredictionLayerIsSkippedWhenLoading) {
+  const std::string dir = testing::fresh_temp_dir("deepseek_v3_mtp");
+  CausalLM m(ModelConfig::from_json(v3_json(), "test config"), kF64);
+  testing::randomize_around_init(*m, 4);
+  std::vector<std::pair<std::string, at::Tensor>> tensors = hub_state_dict(*m);
+  for (const char* k : {"model.layers.3.eh_proj.weight", "model.layers.3.enorm.weight",
+                        "model.layers.3.shared_head.head.weight", "model.layers.3.mlp.experts.0.up_proj.weight"})
+    tensors.emplace_back(k, at::randn({4, 4}, at::kDouble));
+  std::filesystem::create_directories(dir + "/model");
+  std::ofstream(dir + "/model/config.json") << m->config.to_json().dump();
+  write_checkpoint(dir + "/model", tensors);
+  CausalLM loaded = from_pretrained(dir + "/model", kF64);
+  at::Tensor ids = at::randint(0, 40, {1, 5}, at::kLong);
+  at::NoGradGuard ng;
+  EXPECT_TRUE(at::equal(logits_of(*loaded, ids), logits_of(*m, ids)));
+  tensors.emplace_back("model.layers.1.self_attn.extra.weight", at::zeros({2}, at::kDouble));
+  std::filesystem::create_directories(dir + "/bad");
+  std::ofstream(dir + "/bad/config.json") << m->config.to_json().dump();
+  write_checkpoint(dir + "/bad", tensors);
+  testing::expect_error_naming([&] { from_pretrained(dir + "/bad", kF64); }, "model.layers.1.self_attn.extra.weight");
 }
 
 TEST(DeepseekV3, ConfigErrorsNameTheField) {

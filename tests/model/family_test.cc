@@ -123,6 +123,10 @@ TEST(Family, PeftKeyNamesArePinnedPerFamily) {
        {"linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba", "linear_attn.out_proj", "mlp.experts.gate_up_proj",
         "mlp.experts.down_proj", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
         "mlp.shared_expert.down_proj", "mlp.shared_expert_gate"}},
+      {"glm4_moe",
+       {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.experts.gate_up_proj",
+        "mlp.experts.down_proj", "mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj",
+        "mlp.shared_experts.down_proj"}},
   };
   ASSERT_EQ(want.size(), model_families().size()) << "pin the PEFT names of every registered family";
   for (const ModelFamily* f : model_families()) {

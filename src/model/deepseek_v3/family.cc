@@ -120,18 +120,7 @@ class DeepseekV3Family : public ModelFamily {
     if (c.first_k_dense_replace > 0 || c.num_experts == 0) positive("intermediate_size", c.intermediate_size);
     GLINT_CHECK(c.num_experts > 0, where, ": n_routed_experts must be positive, got ", c.num_experts);
     GLINT_CHECK(c.n_shared_experts >= 0, where, ": n_shared_experts must be >= 0, got ", c.n_shared_experts);
-    GLINT_CHECK(c.n_group > 0 && c.num_experts % c.n_group == 0, where, ": n_group (", c.n_group,
-                ") must divide n_routed_experts (", c.num_experts, ")");
-    GLINT_CHECK(c.n_group == 1 || c.num_experts / c.n_group >= 2, where,
-                ": each of the n_group groups needs at least 2 experts (a group scores its best two), got ",
-                c.num_experts / c.n_group);
-    GLINT_CHECK(c.topk_group >= 1 && c.topk_group <= c.n_group, where, ": topk_group (", c.topk_group,
-                ") must be in [1, n_group = ", c.n_group, "]");
-    GLINT_CHECK(c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group), where,
-                ": num_experts_per_tok (", c.num_experts_per_tok, ") exceeds the experts of the topk_group groups (",
-                c.topk_group * (c.num_experts / c.n_group), ")");
-    GLINT_CHECK(c.routed_scaling_factor > 0, where, ": routed_scaling_factor must be positive, got ",
-                c.routed_scaling_factor);
+    cf::validate_group_routing(c, where);
   }
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
@@ -180,6 +169,12 @@ class DeepseekV3Family : public ModelFamily {
   std::vector<std::string> lora_targets() const override {
     return {"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
             "gate_proj", "up_proj", "down_proj", expert_target("gate_up_proj"), expert_target("down_proj")};
+  }
+
+  // The release's multi-token-prediction layer (model.layers.61.* with 61 layers) is not the
+  // decoder's.
+  std::string model_key(const std::string& stored, const ModelConfig& c) const override {
+    return beyond_last_layer(stored, "model.layers.", c.num_hidden_layers) ? "" : stored;
   }
 
   // DeepSeek-V3 releases: per-expert keys (deepseek-ai/DeepSeek-V3).

@@ -297,7 +297,7 @@ class DeepseekV4Family : public ModelFamily {
       const std::string old_indexer = ".compressor.indexer.weights_proj.";
       if (auto at = key.find(old_indexer); at != std::string::npos)
         key.replace(at, old_indexer.size(), ".compressor.indexer.scorer.weights_proj.");
-      return beyond_last_layer(key, "model.layers.", c) ? "" : key;
+      return beyond_last_layer(key, "model.layers.", c.num_hidden_layers) ? "" : key;
     }
     static const std::vector<std::pair<std::string, std::string>> top = {
         {"embed.weight", "model.embed_tokens.weight"}, {"head.weight", "lm_head.weight"},
@@ -306,7 +306,7 @@ class DeepseekV4Family : public ModelFamily {
     for (const auto& [from, to] : top)
       if (key == from) return to;
     if (!starts_with(key, "layers.")) return key;  // not a released name: reported as unexpected
-    if (beyond_last_layer(key, "layers.", c)) return "";
+    if (beyond_last_layer(key, "layers.", c.num_hidden_layers)) return "";
     const size_t dot = key.find('.', 7);
     if (dot == std::string::npos) return key;
     std::string layer = key.substr(0, dot + 1), rest = key.substr(dot + 1);  // "layers.3.", "attn.wq_a.weight"
@@ -344,14 +344,6 @@ class DeepseekV4Family : public ModelFamily {
   }
 
   // "layers.N." (after `prefix`) with N >= num_hidden_layers: a multi-token-prediction layer.
-  static bool beyond_last_layer(const std::string& key, const std::string& prefix, const ModelConfig& c) {
-    if (!starts_with(key, prefix)) return false;
-    size_t end = key.find('.', prefix.size());
-    const std::string digits = key.substr(prefix.size(), end - prefix.size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
-    return std::stoll(digits) >= c.num_hidden_layers;
-  }
-
   // layer_types (explicit) over the legacy compress_ratios (0, 4 or 128 per layer) over
   // transformers' default; the rates from compress_rates, overridden by the legacy
   // compress_rate_csa / compress_rate_hca. mlp_layer_types over num_hash_layers. Lists

@@ -25,12 +25,7 @@ class Qwen3Family : public ModelFamily {
     ModelConfig c;
     cf::read(j, where, "model_type", &c.model_type, true);
     cf::read_common(j, where, &c);
-    if (!cf::read(j, where, "head_dim", &c.head_dim)) {
-      GLINT_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, where,
-                  ": no head_dim and hidden_size (", c.hidden_size, ") is not divisible by num_attention_heads (",
-                  c.num_attention_heads, ")");
-      c.head_dim = c.hidden_size / c.num_attention_heads;
-    }
+    cf::read_head_dim(j, where, &c);
     cf::read_rope_scaling(j, where, /*yarn_allowed=*/false, &c);
     if (c.model_type == "qwen3_moe") {
       cf::read(j, where, "num_experts", &c.num_experts, true);

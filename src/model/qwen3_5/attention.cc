@@ -25,15 +25,6 @@ GatedAttentionImpl::GatedAttentionImpl(const ModelConfig& c, const TensorPlaceme
   k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps, p, /*unit_offset=*/true));
 }
 
-namespace {
-// RoPE on the first R dims of x [B,N,S,D]; the rest pass through.
-at::Tensor partial_rotary(const at::Tensor& x, const RotaryTables& rope, int64_t R) {
-  if (R == x.size(-1)) return apply_rotary(x, rope);
-  std::vector<at::Tensor> parts = x.split_with_sizes({R, x.size(-1) - R}, -1);
-  return at::cat({apply_rotary(parts[0], rope), parts[1]}, -1);
-}
-}  // namespace
-
 std::array<at::Tensor, 4> GatedAttentionImpl::qkv_gate(const at::Tensor& x, const LayerContext& ctx) {
   const int64_t B = x.size(0), S = x.size(1), D = head_dim;
   // Per head [q | gate]: [B,S,Nh,2D] -> q, gate [B,S,Nh,D].
@@ -41,8 +32,8 @@ std::array<at::Tensor, 4> GatedAttentionImpl::qkv_gate(const at::Tensor& x, cons
   at::Tensor q = q_norm->forward(qg[0]).transpose(1, 2);
   at::Tensor k = k_norm->forward(k_proj->forward(x).view({B, S, num_kv_heads, D})).transpose(1, 2);
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, D}).transpose(1, 2);
-  q = partial_rotary(q, ctx.rope.at(0), rotary_dim);
-  k = partial_rotary(k, ctx.rope.at(0), rotary_dim);
+  q = apply_partial_rotary(q, ctx.rope.at(0), rotary_dim);
+  k = apply_partial_rotary(k, ctx.rope.at(0), rotary_dim);
   return {q, k, v, qg[1].reshape({B, S, num_heads * D})};
 }
 

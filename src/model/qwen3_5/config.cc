@@ -42,10 +42,7 @@ void validate_hybrid_layers(const ModelConfig& c, const std::string& where) {
   positive("linear_conv_kernel_dim", delta_net(c).linear_conv_kernel_dim);
   GLINT_CHECK(delta_net(c).linear_num_value_heads % delta_net(c).linear_num_key_heads == 0, where, ": linear_num_value_heads (",
               delta_net(c).linear_num_value_heads, ") must be a multiple of linear_num_key_heads (", delta_net(c).linear_num_key_heads, ")");
-  const int64_t R = int64_t(double(c.head_dim) * c.partial_rotary_factor);
-  GLINT_CHECK(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1 && R % 2 == 0 && R > 0, where,
-              ": partial_rotary_factor ", c.partial_rotary_factor, " gives ", R, " rotary dims of head_dim ", c.head_dim,
-              " (need an even number > 0)");
+  validate_partial_rotary(c, where);
   GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ", c.layer_types.size(),
               " entries for ", c.num_hidden_layers, " layers");
   for (const auto& t : c.layer_types)
