@@ -606,6 +606,9 @@ Summary check_published(Published t, const std::string& file, uint64_t seed, int
   *v = coverage(cases);
   *pv = published_coverage(cases);
   Summary s = compare(published_dir(file), cases, ErrorMatch::kBothFailSameRaise);
+  ::testing::Test::RecordProperty("rendered_equal", s.rendered);
+  ::testing::Test::RecordProperty("both_failed", s.errors);
+  ::testing::Test::RecordProperty("raise_exception", s.raised);
   EXPECT_EQ(s.mismatches, 0);
   EXPECT_EQ(s.rendered + s.errors, n);
   return s;
