@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <exception>
 #include <fstream>
 #include <mutex>
@@ -54,6 +55,27 @@ size_t trim_end(const std::string& s, size_t begin, size_t end) {
   while (end > begin && (s[end - 1] == '\n' || s[end - 1] == ' ' || s[end - 1] == '\r' || s[end - 1] == '\t'))
     --end;
   return end;
+}
+
+// Where an assistant turn's own text starts in `upto` (the render through the turn) when
+// `upto` does not continue `prompt` (the render before the turn, with the generation
+// prompt): the template renders the earlier messages differently once the turn follows
+// (gpt-oss drops the analysis of earlier tool calls once a final answer follows, but
+// keeps it in the prompt the answer is generated from). The turn starts where the longest
+// tail of `prompt` ends in `upto`; that tail must hold at least the generation prompt (its
+// `gen` last bytes) and be the only one of its length. npos when there is no such place.
+size_t turn_start(const std::string& prompt, const std::string& upto, size_t gen) {
+  size_t best = std::string::npos, best_len = 0;
+  bool tie = false;
+  for (size_t p = 1; p <= upto.size(); ++p) {
+    size_t k = 0;
+    while (k < p && k < prompt.size() && upto[p - 1 - k] == prompt[prompt.size() - 1 - k]) ++k;
+    if (k < std::max<size_t>(gen, 1) || k < best_len) continue;
+    tie = k == best_len;
+    best = p;
+    best_len = k;
+  }
+  return tie ? std::string::npos : best;
 }
 
 void check_messages(const Json& messages) {
@@ -237,6 +259,7 @@ std::vector<Sample> tokenize_chat(const Json& messages, const Json& tools, const
   check_messages(messages);
   ChatRenderOptions opt = options;
   opt.tools = tools;
+  if (!opt.now) opt.now = static_cast<int64_t>(std::time(nullptr));  // one date for every render below
   auto render = [&](size_t n, bool generation_prompt) {
     Json head = Json::array();
     for (size_t i = 0; i < n; ++i) head.push_back(messages[i]);
@@ -245,27 +268,34 @@ std::vector<Sample> tokenize_chat(const Json& messages, const Json& tools, const
   };
   const std::string whole = render(messages.size(), false);
   struct Turn {
-    std::string prompt, upto;  // render before the turn (with generation prompt), through it
+    std::string text;     // the render before the turn (with generation prompt), then the turn
+    size_t begin;         // where the turn starts in text
   };
   std::vector<Turn> turns;
   bool consistent = true;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i]["role"] != "assistant") continue;
-    Turn t{i == 0 ? std::string() : render(i, true), render(i + 1, false)};
-    GLINT_CHECK(starts_with(t.upto, t.prompt), "the chat template renders assistant message ", i,
-                " in a way that does not continue its own generation prompt");
-    consistent = consistent && starts_with(whole, t.upto);
-    turns.push_back(std::move(t));
+    std::string prompt = i == 0 ? std::string() : render(i, true), upto = render(i + 1, false);
+    size_t start = prompt.size();
+    if (!starts_with(upto, prompt)) {
+      const std::string before = render(i, false);
+      start = turn_start(prompt, upto, starts_with(prompt, before) ? prompt.size() - before.size() : 0);
+      GLINT_CHECK(start != std::string::npos, "the chat template renders assistant message ", i,
+                  " in a way that does not continue its own generation prompt (and no tail of that prompt holding",
+                  " the generation prompt comes before the turn in its render)");
+      consistent = false;
+    }
+    consistent = consistent && starts_with(whole, upto);
+    turns.push_back({prompt + upto.substr(start), prompt.size()});
   }
   std::vector<Sample> out;
   if (consistent) {
     std::vector<std::pair<size_t, size_t>> spans;
-    for (const Turn& t : turns) spans.emplace_back(t.prompt.size(), trim_end(t.upto, t.prompt.size(), t.upto.size()));
+    for (const Turn& t : turns) spans.emplace_back(t.begin, trim_end(t.text, t.begin, t.text.size()));
     out.push_back(label_spans(whole, spans, tok, false));
   } else {
     for (const Turn& t : turns)
-      out.push_back(label_spans(t.upto, {{t.prompt.size(), trim_end(t.upto, t.prompt.size(), t.upto.size())}},
-                                tok, false));
+      out.push_back(label_spans(t.text, {{t.begin, trim_end(t.text, t.begin, t.text.size())}}, tok, false));
   }
   return out;
 }

@@ -36,8 +36,14 @@
 // the end-of-turn token is not trained). When those renders are prefixes of the whole
 // conversation's render, the conversation is one sample with every assistant span
 // trained. A template that renders earlier turns differently once later turns follow
-// (Qwen3 drops earlier turns' thinking) gives one sample per assistant turn instead,
-// each the conversation up to that turn as the model sees it when it writes the turn.
+// (Qwen3 and GLM drop earlier turns' thinking, gpt-oss their analysis channel) gives one
+// sample per assistant turn instead, each the conversation up to that turn as the model
+// sees it when it writes the turn: the render before the turn with the generation prompt,
+// then the turn. When the render through the turn does not continue that prompt (gpt-oss
+// keeps a tool call's analysis in the prompt of the answer that follows, and drops it once
+// the answer is there), the turn is the part of that render after the longest tail of the
+// prompt found in it (a tail holding at least the generation prompt). strftime_now() reads
+// one clock value for all renders of a conversation.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -217,7 +217,9 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
                 "extra template variable '", it.key(), "' would replace a chat template input");
     ctx[it.key()] = it.value();
   }
-  return tpl->render(ctx);
+  jinja::RenderOptions ro;
+  ro.now = o.now;
+  return tpl->render(ctx, ro);
 }
 
 }  // namespace glint

@@ -8,8 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct ChatRenderOptions {
   nlohmann::ordered_json tools;        // null: no `tools` variable; else a list of tool schemas
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more variables, e.g. enable_thinking
   std::string template_name;           // "": "tool_use" when tools are given and it exists, else "default"
+  std::optional<int64_t> now;          // the time strftime_now() formats (seconds since the epoch,
+                                       // local time zone); unset: the system clock
 };
 
 class ChatTemplate {

@@ -14,16 +14,16 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const nlohmann::ordered_json& context) const {
+std::string Template::render(const nlohmann::ordered_json& context, const RenderOptions& options) const {
   GLINT_CHECK(context.is_object(), name_, ": the render context must be a JSON object, got ", context.type_name());
   Dict d;
   for (auto it = context.begin(); it != context.end(); ++it) d.set(it.key(), from_json(it.value()));
-  return render(d);
+  return render(d, options);
 }
 
-std::string Template::render(const Dict& context) const {
+std::string Template::render(const Dict& context, const RenderOptions& options) const {
   auto globals = std::make_shared<Scope>();
-  install_globals(*globals);
+  install_globals(*globals, options.now);
   for (const auto& kv : context.items) {
     GLINT_CHECK(globals->vars.find(kv.first) == nullptr, name_, ": the render context may not redefine the global '",
                 kv.first, "'");

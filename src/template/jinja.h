@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,14 @@
 namespace glint::jinja {
 
 struct Node;
+
+// What a render reads besides its variables.
+struct RenderOptions {
+  // The time strftime_now() formats, in seconds since the Unix epoch, shown in the local
+  // time zone (as @huggingface/jinja shows `new Date()`); unset: the system clock at the
+  // call. Fixing it makes renders of a template that prints today's date reproducible.
+  std::optional<int64_t> now;
+};
 
 class Template {
  public:
@@ -38,8 +48,8 @@ class Template {
   // Throws glint::Error "<name> line N: ..." on a render error; a raise_exception()
   // call in the template gives "<name> line N: raise_exception: <its message>".
   // REQUIRES: context is an object whose keys do not redefine a global.
-  std::string render(const nlohmann::ordered_json& context) const;
-  std::string render(const Dict& context) const;
+  std::string render(const nlohmann::ordered_json& context, const RenderOptions& options = {}) const;
+  std::string render(const Dict& context, const RenderOptions& options = {}) const;
 
   const std::string& name() const { return name_; }
 

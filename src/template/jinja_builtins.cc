@@ -68,7 +68,7 @@ bool run_test(const std::string& name, const Value& v, const std::vector<Value>&
   fail("unknown test '", name, "'");
 }
 
-void install_globals(Scope& s) {
+void install_globals(Scope& s, std::optional<int64_t> fixed_now) {
   s.set("true", Value::boolean(true));
   s.set("false", Value::boolean(false));
   s.set("none", Value::none());
@@ -109,11 +109,11 @@ void install_globals(Scope& s) {
     std::string msg = a.empty() ? "" : a[0].is_string() ? a[0].s : to_output(a[0]);
     fail("raise_exception: ", msg);
   }));
-  s.set("strftime_now", Value::function("strftime_now", [](std::vector<Value>& a, Dict&, const ScopePtr&) {
+  s.set("strftime_now", Value::function("strftime_now", [fixed_now](std::vector<Value>& a, Dict&, const ScopePtr&) {
     if (a.empty() || !a[0].is_string()) fail("strftime_now() needs a format string");
     static const char* kMonths[] = {"January", "February", "March", "April", "May", "June", "July",
                                     "August", "September", "October", "November", "December"};
-    time_t now = time(nullptr);
+    time_t now = fixed_now ? static_cast<time_t>(*fixed_now) : time(nullptr);
     struct tm t;
     localtime_r(&now, &t);
     const std::string& f = a[0].s;

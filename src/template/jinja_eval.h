@@ -4,7 +4,9 @@
 // Map]", a function's source) glint raises an error instead.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,7 +70,8 @@ bool run_test(const std::string& name, const Value& operand, const std::vector<V
 // obj.key / obj[key]: dict keys and dict/string/list methods; undefined when missing.
 Value get_member(const Value& obj, const Value& key);
 // true, false, none (and title-case forms), namespace, range, raise_exception, strftime_now.
-void install_globals(Scope& s);
+// strftime_now formats `now` (seconds since the epoch, local time), or the clock when unset.
+void install_globals(Scope& s, std::optional<int64_t> now);
 // JavaScript-style ordering used by sort and dictsort (-1, 0, 1).
 int compare_values(const Value& a, const Value& b, bool case_sensitive);
 

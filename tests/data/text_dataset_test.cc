@@ -1,16 +1,19 @@
 // Chat, prompt/completion and text data: tokens and labels checked against spans derived
-// by hand from the rendered strings; bad lines; and `glint train` end to end on a model
-// directory that holds a tokenizer and a chat template.
+// by hand from the rendered strings (for ChatML-like fixtures and for the published gpt-oss
+// and GLM-4.5 templates); bad lines; and `glint train` end to end on a model directory
+// that holds a tokenizer and a chat template.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "data/text_dataset.h"
 #include "test_util.h"
 
@@ -393,6 +396,107 @@ TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
     EXPECT_NE(e.find("data.jsonl:1: "), std::string::npos) << e;
     EXPECT_NE(e.find("needs the model's chat template"), std::string::npos) << e;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Trained spans of published chat templates (tests/reference/template_fixtures/published),
+// rendered with the fixture tokenizer plus each format's special tokens as added tokens.
+
+const std::string kPublishedTemplates = std::string(GLINT_TEST_DATA_DIR) + "/../reference/template_fixtures/published";
+
+// A tokenizer directory with the published template `file` as its chat_template.jinja and
+// `specials` added to the fixture tokenizer as special tokens.
+std::string published_tokenizer_dir(const std::string& file, const std::vector<std::string>& specials) {
+  std::string d = testing::fresh_temp_dir("text_published");
+  Json tok = Json::parse(read_file(kTokenizerJson));
+  int next_id = 0;
+  for (const auto& t : tok["added_tokens"]) next_id = std::max(next_id, t["id"].get<int>() + 1);
+  for (const std::string& s : specials)
+    tok["added_tokens"].push_back({{"id", next_id++}, {"content", s}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+  std::ofstream(d + "/tokenizer.json") << tok.dump(1);
+  std::filesystem::copy_file(kPublishedTemplates + "/" + file, d + "/chat_template.jinja");
+  std::ofstream(d + "/tokenizer_config.json") << Json::object().dump();
+  return d;
+}
+
+// gpt-oss (harmony): each assistant turn is trained with its analysis channel, its final
+// channel up to <|return|>, or its tool call up to <|call|>. The template renders a
+// conversation's earlier turns differently once later turns follow (a final answer's
+// analysis is dropped, and so is a tool call's once a final answer follows it), so each
+// turn is its own sample: the prompt the model writes it from, then the turn.
+TEST(TextData, GptOssTrainsEachTurnWithItsAnalysisAfterThePromptItIsWrittenFrom) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir(
+      "gpt-oss.jinja", {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|return|>"}));
+  Json messages = Json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},
+      {"role":"assistant","content":"","thinking":"Need the weather tool.","tool_calls":[{"type":"function",
+        "function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
+      {"role":"tool","content":"sunny"},{"role":"assistant","content":"Sunny in Paris.","thinking":"It is sunny."},
+      {"role":"user","content":"Thanks!"},{"role":"assistant","content":"You're welcome.","thinking":"Be polite."}])");
+  ChatRenderOptions o;
+  o.now = 1749988800;  // strftime_now: 2025-06-15 (12:00 UTC)
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, o);
+  ASSERT_EQ(samples.size(), 3u);
+  const std::string head =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: 2025-06-15\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+      "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+      "<|start|>user<|message|>Weather in Paris?<|end|>";
+  const std::string call =
+      "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>";
+  const std::string result = "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"sunny\"<|end|>";
+  // The tool call: its analysis and the call.
+  auto [trained0, rest0] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained0, "<|channel|>analysis<|message|>Need the weather tool.<|end|>" + call);
+  EXPECT_EQ(rest0, head + "<|start|>assistant");
+  // The answer after the tool result, written from a prompt that still holds the tool
+  // call's analysis (the render through the answer drops it).
+  auto [trained1, rest1] = split_by_label(samples[1], t.tokenizer);
+  EXPECT_EQ(trained1, "<|channel|>analysis<|message|>It is sunny.<|end|>"
+                      "<|start|>assistant<|channel|>final<|message|>Sunny in Paris.<|return|>");
+  EXPECT_EQ(rest1, head + "<|start|>assistant<|channel|>analysis<|message|>Need the weather tool.<|end|>" + call +
+                       result + "<|start|>assistant");
+  // The last answer: the earlier turns without their analysis, the first answer ending in
+  // <|end|>.
+  auto [trained2, rest2] = split_by_label(samples[2], t.tokenizer);
+  EXPECT_EQ(trained2, "<|channel|>analysis<|message|>Be polite.<|end|>"
+                      "<|start|>assistant<|channel|>final<|message|>You're welcome.<|return|>");
+  EXPECT_EQ(rest2, head + call + result + "<|start|>assistant<|channel|>final<|message|>Sunny in Paris.<|end|>"
+                       "<|start|>user<|message|>Thanks!<|end|><|start|>assistant");
+}
+
+// GLM-4.5: a turn is "\n<think>reasoning</think>\n" and its content or tool call after the
+// <|assistant|> generation prompt. The template keeps reasoning only after the last user
+// message, so each turn is its own sample. GLM has no end-of-turn token: the model stops
+// by writing the next role token (<|user|>, <|observation|>), which belongs to the next
+// message's render and so is not trained.
+TEST(TextData, Glm45TrainsEachTurnWithItsReasoningButNoStopToken) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir(
+      "glm-4.5.jinja", {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>",
+                        "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                        "</arg_value>", "<tool_response>", "</tool_response>"}));
+  Json messages = Json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},
+      {"role":"assistant","content":"","reasoning_content":"Need the tool.","tool_calls":[{"type":"function",
+        "function":{"name":"get_weather","arguments":{"city":"Paris","days":2}}}]},
+      {"role":"tool","content":"sunny"},{"role":"assistant","content":"Sunny.","reasoning_content":"It is sunny."},
+      {"role":"user","content":"Thanks!"},{"role":"assistant","content":"You're welcome.","reasoning_content":"Be polite."}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, {});
+  ASSERT_EQ(samples.size(), 3u);
+  const std::string head = "[gMASK]<sop><|system|>\nBe brief.<|user|>Weather in Paris?<|assistant|>";
+  const std::string call = "\n<tool_call>get_weather<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>"
+                           "<arg_key>days</arg_key>\n<arg_value>2</arg_value></tool_call>";
+  const std::string result = "<|observation|>\n<tool_response>\nsunny\n</tool_response><|assistant|>";
+  auto [trained0, rest0] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained0, "\n<think>Need the tool.</think>" + call);
+  EXPECT_EQ(rest0, head);
+  auto [trained1, rest1] = split_by_label(samples[1], t.tokenizer);
+  EXPECT_EQ(trained1, "\n<think>It is sunny.</think>\nSunny.");
+  EXPECT_EQ(rest1, head + "\n<think>Need the tool.</think>" + call + result);
+  // After the second user message the earlier turns keep an empty <think></think>.
+  auto [trained2, rest2] = split_by_label(samples[2], t.tokenizer);
+  EXPECT_EQ(trained2, "\n<think>Be polite.</think>\nYou're welcome.");
+  EXPECT_EQ(rest2, head + "\n<think></think>" + call + result + "\n<think></think>\nSunny.<|user|>Thanks!<|assistant|>");
 }
 
 }  // namespace

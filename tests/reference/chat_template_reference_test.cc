@@ -7,15 +7,23 @@
 // given or not, generation prompt on/off, enable_thinking true/false/unset). One node
 // process renders them all (tests/reference/render_reference.mjs) and every output is
 // compared with glint's. Templates: the real Qwen3 and DeepSeek-V3 tokenizer configs
-// from npm, and two fixture templates (tests/reference/template_fixtures) that use the
-// constructs those two do not (macros, call blocks, filters, tests, loop variables...).
+// from npm, two fixture templates (tests/reference/template_fixtures) that use the
+// constructs those two do not (macros, call blocks, filters, tests, loop variables...),
+// and the published templates of gpt-oss, GLM-4.5, GLM-4.6, Kimi-K2, MiniMax-M2 and
+// DeepSeek-V3.1 (template_fixtures/published), each over a corpus of what it reads:
+// developer messages, thinking / reasoning_content, list-form content and tool results,
+// and its extra variables (reasoning_effort, model_identity, builtin_tools,
+// enable_thinking, thinking), with strftime_now's clock fixed on both sides. Inputs a
+// template rejects must fail on both sides.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -92,6 +100,7 @@ struct Case {
   ojson tools;  // null: not given
   bool add_generation_prompt = false;
   ojson extra = ojson::object();
+  std::optional<int64_t> now;  // strftime_now's clock (seconds since the epoch); unset: the real one
 };
 
 ojson tool_call(Rng& r, Style style, int id) {
@@ -188,6 +197,7 @@ std::vector<nlohmann::json> reference_render(const std::string& config_path, con
       ojson line = {{"config", config_path}, {"messages", c.messages}, {"add_generation_prompt", c.add_generation_prompt},
                     {"extra", c.extra}};
       if (!c.tools.is_null()) line["tools"] = c.tools;
+      if (c.now) line["now"] = *c.now;
       f << line.dump() << "\n";
     }
   }
@@ -209,11 +219,19 @@ std::string first_difference(const std::string& a, const std::string& b) {
 
 struct Summary {
   int rendered = 0, errors = 0, mismatches = 0;
+  int raised = 0;  // errors raised by the template itself (raise_exception)
 };
 
+// How two failures must agree: by message (the reference's contained in glint's), or only
+// in both failing, except that a template's own raise_exception() message must still be
+// the same (glint words its own errors, e.g. "cannot apply 'in' to none", differently from
+// @huggingface/jinja's "Cannot perform operation on null values").
+enum class ErrorMatch { kMessage, kBothFailSameRaise };
+
 // Renders `cases` with glint and with the reference; every case must agree (same text,
-// or both fail with the reference's message contained in glint's).
-Summary compare(const std::string& tokenizer_dir, const std::vector<Case>& cases) {
+// or both fail as `errors` says).
+Summary compare(const std::string& tokenizer_dir, const std::vector<Case>& cases,
+                ErrorMatch errors = ErrorMatch::kMessage) {
   glint::ChatTemplate tpl = glint::ChatTemplate::load(tokenizer_dir);
   std::vector<nlohmann::json> ref = reference_render(tokenizer_dir + "/tokenizer_config.json", cases);
   Summary s;
@@ -223,6 +241,7 @@ Summary compare(const std::string& tokenizer_dir, const std::vector<Case>& cases
     o.add_generation_prompt = c.add_generation_prompt;
     o.tools = c.tools;
     o.extra = c.extra;
+    o.now = c.now;
     std::string mine, error;
     bool ok = true;
     try {
@@ -246,8 +265,11 @@ Summary compare(const std::string& tokenizer_dir, const std::vector<Case>& cases
       }
     } else {
       ++s.errors;
+      bool raised = error.find("raise_exception: ") != std::string::npos;
+      s.raised += raised;
       std::string theirs = ref[i]["error"].get<std::string>();
-      EXPECT_NE(error.find(theirs), std::string::npos) << where << "\nglint: " << error << "\nreference: " << theirs;
+      if (errors == ErrorMatch::kMessage || raised)
+        EXPECT_NE(error.find(theirs), std::string::npos) << where << "\nglint: " << error << "\nreference: " << theirs;
     }
     if (s.mismatches >= 5) break;
   }
@@ -395,6 +417,283 @@ TEST(ChatTemplateReference, CliMatchesHuggingFaceJinja) {
     ASSERT_TRUE(ref[i]["ok"].get<bool>()) << ref[i].dump();
     EXPECT_EQ(nlohmann::json::parse(got[i]).get<std::string>(), ref[i]["text"].get<std::string>()) << "line " << i + 1;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The published templates of tests/reference/template_fixtures/published, each loaded as
+// a tokenizer directory's chat_template.jinja (its bytes as they are), over a corpus
+// written for what that template reads.
+
+const std::string kPublished = kFixtures + "/published";
+// strftime_now's clock on both sides: 2025-06-15 12:00:00 UTC (that date in every time
+// zone from UTC-11 to UTC+11).
+constexpr int64_t kFixedNow = 1749988800;
+
+enum class Published { kGptOss, kGlm45, kGlm46, kKimiK2, kMiniMaxM2, kDeepSeekV31 };
+
+// Tool schemas with every kind of parameter gpt-oss turns into TypeScript (enums, defaults,
+// nullable, typed and untyped arrays, arrays of objects, type lists, oneOf, nested
+// objects), non-ASCII text, and a tool without parameters.
+ojson published_tool_schemas() {
+  return ojson::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather.\nUse for any city.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name, e.g. Zürich"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+        "days": {"type": "integer", "default": 3}, "hourly": {"type": "boolean", "nullable": true}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search_docs", "description": "  Search the \"docs\" index  ",
+      "parameters": {"type": "object", "properties": {"query": {"type": "string", "nullable": true},
+        "limit": {"type": "number", "default": 5.5}, "tags": {"type": "array", "items": {"type": "string"}},
+        "scores": {"type": "array", "items": {"type": "integer"}, "nullable": true},
+        "flags": {"type": "array", "items": {"type": "boolean"}}, "weights": {"type": "array", "items": {"type": "number"}},
+        "filters": {"type": "array", "items": {"type": "object", "properties": {"field": {"type": "string"},
+          "value": {"type": ["string", "number"]}}, "required": ["field"]}},
+        "raw": {"type": "array"}, "kind": {"type": ["string", "null"]},
+        "mode": {"oneOf": [{"type": "string", "description": "by name"}, {"type": "integer", "default": 2}], "default": "fast"},
+        "shape": {"oneOf": [{"type": "object"}, {"type": "string"}]},
+        "options": {"type": "object", "properties": {"depth": {"type": "integer"}, "exact": {"type": "boolean"}}},
+        "extra": {"type": "object"}, "anything": {}}, "required": ["query", "limit"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time, now.", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "ping", "description": "No parameters at all."}}
+  ])");
+}
+
+// A tool call; arguments as an object, or as a JSON string with probability p_string.
+ojson published_call(Rng& r, int id, double p_string, bool content_type) {
+  ojson args = arguments(r);
+  ojson fn = {{"name", r.pick(std::vector<std::string>{"get_weather", "search_docs", "now", "ping"})},
+              {"arguments", r.chance(p_string) ? ojson(args.dump()) : args}};
+  if (content_type && r.chance(0.2)) fn["content_type"] = r.pick({"json", "code"});
+  return {{"id", "call_" + std::to_string(id)}, {"type", "function"}, {"function", fn}};
+}
+
+// Content as a list of parts, for the templates that read them.
+ojson content_parts(Rng& r, Published t) {
+  ojson parts = ojson::array();
+  parts.push_back({{"type", "text"}, {"text", text(r, 1, 4)}});
+  if (t == Published::kKimiK2) parts.push_back(r.chance(0.5) ? ojson{{"type", "image"}} : ojson{{"image_url", {{"url", "x"}}}});
+  else parts.push_back(text(r, 1, 2));
+  if (r.chance(0.5)) parts.push_back({{"type", "text"}, {"text", text(r, 1, 3)}});
+  return parts;
+}
+
+Case generate_published(Rng& r, Published t) {
+  const bool gpt = t == Published::kGptOss, glm = t == Published::kGlm45 || t == Published::kGlm46,
+             kimi = t == Published::kKimiK2, minimax = t == Published::kMiniMaxM2, ds = t == Published::kDeepSeekV31;
+  const bool parts = glm || kimi || minimax;  // templates that read list-form content
+  Case c;
+  c.now = kFixedNow;
+  ojson& m = c.messages = ojson::array();
+  bool with_tools = r.chance(0.5);
+  if (with_tools) {
+    c.tools = ojson::array();
+    for (const auto& tool : published_tool_schemas())
+      if (r.chance(0.6)) c.tools.push_back(tool);
+  }
+  auto content = [&](int lo, int hi) { return parts && r.chance(0.15) ? content_parts(r, t) : ojson(text(r, lo, hi)); };
+  if (r.chance(0.5)) {
+    ojson sys = {{"role", gpt && r.chance(0.5) ? "developer" : "system"}, {"content", content(1, 8)}};
+    if (minimax && r.chance(0.4)) sys["current_date"] = "2025-06-15";
+    if (minimax && r.chance(0.4)) sys["current_location"] = text(r, 1, 2);
+    m.push_back(sys);
+  }
+  // Arguments as a JSON string: DeepSeek-V3.1 only takes strings (it concatenates them;
+  // an object gives "[object Map]" in @huggingface/jinja and an error in glint, see
+  // DeepSeekV3ObjectArgumentsAreAnErrorNotObjectMap), GLM-4.6 only mappings (a string is
+  // an error on both sides, which a few cases check).
+  const double p_string = ds ? 1.0 : t == Published::kGlm46 ? 0.03 : 0.4;
+  int turns = 1 + r.below(4), call_id = 0;
+  for (int turn = 0; turn < turns; ++turn) {
+    ojson user = content(1, 10);
+    if (glm && user.is_string() && r.chance(0.1)) user = user.get<std::string>() + "/nothink";
+    m.push_back({{"role", "user"}, {"content", user}});
+    if (ds && r.chance(0.1)) m.push_back({{"role", "system"}, {"content", text(r, 1, 4)}});
+    // A tool result without a call before it: gpt-oss and MiniMax-M2 raise_exception.
+    if ((gpt || minimax) && r.chance(0.02)) m.push_back({{"role", "tool"}, {"content", text(r, 1, 3)}});
+    if (turn == turns - 1 && r.chance(0.4)) break;  // end on a user message
+    if ((with_tools || ds) && r.chance(0.45)) {
+      ojson a = {{"role", "assistant"}};
+      if (gpt) a["content"] = r.chance(0.03) ? ojson(nullptr) : r.chance(0.7) ? ojson("") : ojson(text(r, 1, 4));
+      else if (kimi) a["content"] = r.chance(0.03) ? ojson(nullptr) : ojson("");
+      else if (ds) a["content"] = r.chance(0.5) ? ojson(nullptr) : ojson(text(r, 1, 4));
+      else a["content"] = r.chance(0.3) ? ojson(nullptr) : r.chance(0.5) ? ojson("") : ojson(text(r, 1, 4));
+      // gpt-oss: analysis in `thinking` (both it and content: raise_exception).
+      if (gpt && r.chance(0.5) && (a["content"] == "" || r.chance(0.1))) a["thinking"] = text(r, 2, 8);
+      if (!gpt && r.chance(0.4)) a["reasoning_content"] = "\n" + text(r, 2, 8) + "\n";
+      int n = 1 + r.below(gpt ? 2 : 3);  // gpt-oss renders the first call only
+      a["tool_calls"] = ojson::array();
+      for (int k = 0; k < n; ++k) a["tool_calls"].push_back(published_call(r, call_id++, p_string, gpt));
+      m.push_back(a);
+      for (int k = 0; k < n; ++k) {
+        ojson result = text(r, 1, 6);
+        // A list of results only where the template reads one (the others concatenate
+        // the content, a list giving JavaScript's "a,b" text there and an error in glint).
+        if ((glm || minimax) && r.chance(0.15)) {
+          result = ojson::array({ojson{{"output", text(r, 1, 3)}}});
+          if (minimax) result.push_back({{"type", "text"}, {"text", text(r, 1, 2)}});
+          result.push_back({{"name", "other"}, {"n", r.below(9)}});
+        }
+        m.push_back({{"role", "tool"}, {"tool_call_id", "call_" + std::to_string(call_id - n + k)}, {"content", result}});
+      }
+      if (r.chance(0.3)) continue;  // the next user turn follows the tool results
+    }
+    ojson a = {{"role", "assistant"}};
+    ojson reply = content(1, 12);
+    if (gpt) {
+      if (r.chance(0.6)) a["thinking"] = text(r, 2, 8);
+      if (r.chance(0.02)) reply = "<|channel|>final<|message|>" + text(r, 1, 3);  // raise_exception
+    } else if (!kimi) {
+      int kind = r.below(3);
+      if (kind == 1) a["reasoning_content"] = r.chance(0.2) ? ojson(nullptr) : ojson("\n" + text(r, 2, 8) + "\n");
+      if (kind == 2 && reply.is_string())
+        reply = (r.chance(0.7) ? "<think>\n" : "") + text(r, 2, 8) + "\n</think>\n\n" + reply.get<std::string>();
+    }
+    if (ds && r.chance(0.2)) a["prefix"] = true;
+    a["content"] = reply;
+    m.push_back(a);
+  }
+  c.add_generation_prompt = r.chance(0.5);
+  auto maybe = [&](const char* key, std::vector<ojson> values) {
+    int k = r.below(int(values.size()) + 1);
+    if (k < int(values.size())) c.extra[key] = values[size_t(k)];
+  };
+  if (gpt) {
+    maybe("reasoning_effort", {"low", "medium", "high"});
+    maybe("model_identity", {"You are Glint, a test model."});
+    maybe("builtin_tools", {ojson::array(), ojson::array({"browser"}), ojson::array({"python"}),
+                            ojson::array({"browser", "python"})});
+  }
+  if (glm || ds) maybe("enable_thinking", {true, false});
+  if (ds) maybe("thinking", {true, false});
+  if (minimax) maybe("model_identity", {"You are Glint, a test model."});
+  return c;
+}
+
+// A tokenizer directory whose chat_template.jinja is the published file, byte for byte.
+std::string published_dir(const std::string& file) {
+  std::string dir = glint::testing::fresh_temp_dir("published_" + file.substr(0, file.find('.')));
+  std::filesystem::copy_file(kPublished + "/" + file, dir + "/chat_template.jinja");
+  nlohmann::json config = {{"bos_token", "<｜begin▁of▁sentence｜>"}, {"eos_token", "<｜end▁of▁sentence｜>"}};
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  return dir;
+}
+
+// What a published-template corpus exercises beyond Coverage.
+struct PublishedCoverage {
+  int developer = 0, thinking = 0, parts = 0, list_results = 0, extra_keys = 0, raise_inputs = 0;
+};
+
+PublishedCoverage published_coverage(const std::vector<Case>& cases) {
+  PublishedCoverage v;
+  for (const Case& c : cases) {
+    v.extra_keys += !c.extra.empty();
+    for (const auto& msg : c.messages) {
+      v.developer += msg["role"] == "developer";
+      v.thinking += msg.contains("thinking");
+      v.parts += msg.contains("content") && msg["content"].is_array() && msg["role"] != "tool";
+      v.list_results += msg["role"] == "tool" && msg["content"].is_array();
+    }
+  }
+  return v;
+}
+
+// Renders seeded cases of `t` with glint and with the reference: every case renders the
+// same bytes, or fails on both sides.
+Summary check_published(Published t, const std::string& file, uint64_t seed, int n, Coverage* v,
+                        PublishedCoverage* pv) {
+  Rng r{seed};
+  std::vector<Case> cases;
+  for (int i = 0; i < n; ++i) cases.push_back(generate_published(r, t));
+  *v = coverage(cases);
+  *pv = published_coverage(cases);
+  Summary s = compare(published_dir(file), cases, ErrorMatch::kBothFailSameRaise);
+  ::testing::Test::RecordProperty("rendered_equal", s.rendered);
+  ::testing::Test::RecordProperty("both_failed", s.errors);
+  ::testing::Test::RecordProperty("raise_exception", s.raised);
+  EXPECT_EQ(s.mismatches, 0);
+  EXPECT_EQ(s.rendered + s.errors, n);
+  return s;
+}
+
+constexpr int kPublishedCases = 300;
+
+// The fixtures are the published bytes: sizes from their README, kimi-k2's CRLF endings,
+// the missing final newlines.
+TEST(ChatTemplateReference, PublishedTemplatesAreVerbatim) {
+  const std::vector<std::pair<std::string, size_t>> sizes = {{"gpt-oss.jinja", 16741}, {"glm-4.5.jinja", 3805},
+      {"glm-4.6.jinja", 3249}, {"kimi-k2.jinja", 1285}, {"minimax-m2.jinja", 7236}, {"deepseek-v3.1.jinja", 3410}};
+  for (const auto& [file, bytes] : sizes) {
+    std::string s = glint::read_file(kPublished + "/" + file);
+    EXPECT_EQ(s.size(), bytes) << file;
+    bool final_newline = !s.empty() && s.back() == '\n';
+    EXPECT_EQ(final_newline, file != "glm-4.5.jinja" && file != "kimi-k2.jinja" && file != "deepseek-v3.1.jinja") << file;
+    EXPECT_EQ(s.find("\r\n") != std::string::npos, file == "kimi-k2.jinja") << file;
+  }
+}
+
+TEST(ChatTemplateReference, GptOssMatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kGptOss, "gpt-oss.jinja", 11, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.args_object, v.args_string, v.tool_results,
+                v.tools_given, v.gen_prompt, v.no_gen_prompt, pv.developer, pv.thinking, pv.extra_keys})
+    EXPECT_GE(x, 10);
+  EXPECT_GE(s.rendered, 200);
+  EXPECT_GE(s.raised, 3) << "the corpus should reach gpt-oss's raise_exception calls";
+}
+
+TEST(ChatTemplateReference, Glm45MatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kGlm45, "glm-4.5.jinja", 12, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.args_object, v.args_string, v.tool_results,
+                v.reasoning_field, v.think_block, v.tools_given, v.gen_prompt, v.no_gen_prompt, v.thinking_on,
+                v.thinking_off, pv.parts, pv.list_results})
+    EXPECT_GE(x, 10);
+  EXPECT_EQ(s.errors, 0);
+}
+
+TEST(ChatTemplateReference, Glm46MatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kGlm46, "glm-4.6.jinja", 13, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.args_object, v.tool_results, v.reasoning_field,
+                v.think_block, v.tools_given, v.gen_prompt, v.no_gen_prompt, v.thinking_on, v.thinking_off, pv.parts,
+                pv.list_results})
+    EXPECT_GE(x, 10);
+  EXPECT_GE(v.args_string, 1) << "string arguments: .items() fails on both sides";
+  EXPECT_GE(s.rendered, 250);
+}
+
+TEST(ChatTemplateReference, KimiK2MatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kKimiK2, "kimi-k2.jinja", 14, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.tool_results, v.tools_given, v.gen_prompt,
+                v.no_gen_prompt, pv.parts})
+    EXPECT_GE(x, 10);
+  EXPECT_GE(s.rendered, 250);
+}
+
+TEST(ChatTemplateReference, MiniMaxM2MatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kMiniMaxM2, "minimax-m2.jinja", 15, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.args_object, v.args_string, v.tool_results,
+                v.reasoning_field, v.think_block, v.tools_given, v.gen_prompt, v.no_gen_prompt, pv.parts,
+                pv.list_results, pv.extra_keys})
+    EXPECT_GE(x, 10);
+  EXPECT_GE(s.rendered, 250);
+  EXPECT_GE(s.raised, 1) << "a tool result without a call should reach raise_exception";
+}
+
+TEST(ChatTemplateReference, DeepSeekV31MatchesHuggingFaceJinja) {
+  Coverage v;
+  PublishedCoverage pv;
+  Summary s = check_published(Published::kDeepSeekV31, "deepseek-v3.1.jinja", 16, kPublishedCases, &v, &pv);
+  for (int x : {v.system, v.no_system, v.multi_turn, v.tool_calls, v.args_string, v.tool_results, v.think_block,
+                v.tools_given, v.gen_prompt, v.no_gen_prompt, v.thinking_on, v.thinking_off, pv.extra_keys})
+    EXPECT_GE(x, 10);
+  EXPECT_EQ(s.errors, 0);
 }
 
 }  // namespace

@@ -258,6 +258,20 @@ TEST(Jinja, GlobalFunctions) {
   EXPECT_EQ(render("{{ strftime_now('%%|%q') }}"), "%|%q");
 }
 
+// RenderOptions::now fixes the clock; the fields print in the local time zone.
+TEST(Jinja, StrftimeNowWithAFixedClock) {
+  const std::time_t t = 1750000000;  // 2025-06-15 15:06:40 UTC
+  std::tm tm;
+  localtime_r(&t, &tm);
+  char want[64];
+  std::strftime(want, sizeof want, "%Y-%m-%d %H:%M %B %b %%", &tm);
+  glint::jinja::RenderOptions o;
+  o.now = t;
+  glint::jinja::Template tpl("{{ strftime_now('%Y-%m-%d %H:%M %B %b %%') }}", "t");
+  EXPECT_EQ(tpl.render(nlohmann::ordered_json::object(), o), want);
+  EXPECT_EQ(tpl.render(nlohmann::ordered_json::object(), o), tpl.render(nlohmann::ordered_json::object(), o));
+}
+
 TEST(Jinja, ChatTemplateVariables) {
   const char* t =
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
