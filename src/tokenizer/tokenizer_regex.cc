@@ -94,11 +94,25 @@ const std::map<std::string, std::string>& newer_category_ranges() {
   return table;
 }
 
-// `pattern` with every \p{X} / \pX (X a general category) extended by the newer
-// characters of X: inside a class the ranges are appended, outside it becomes a class.
-std::string patch_unicode_properties(const std::string& pattern) {
+// ---- \s as the reference's regex engine has it ----
+//
+// With PCRE2_UCP, PCRE2's \s (and its Perl space \p{Xsp}) is \p{Z}, \h and \v, and its
+// \h keeps U+180E MONGOLIAN VOWEL SEPARATOR (a space separator before Unicode 6.3, a
+// format character since). The reference's engine (Oniguruma) takes \s as the
+// White_Space property, which lacks U+180E: there "\u180E.t" is one punctuation piece
+// "\u180E." and a word "t", while PCRE2's \s made it "\u180E" and ".t". White_Space is
+// the general category Z (\p{Z} is the bare category in PCRE2) with \t\n\v\f\r and
+// U+0085, so \s is written as that (the type escape last, so that a "-" after it stays
+// literal as it was).
+constexpr const char* kWhiteSpace = "\\t\\n\\x{0B}\\f\\r\\x{85}\\p{Z}";
+
+// `pattern` with every \s, and \S outside a class, replaced by the White_Space class
+// (or its complement); with every \p{X} / \pX (X a general category) extended by the
+// newer characters of X: inside a class the ranges are appended, outside it becomes a
+// class. (A \S inside a class is left to PCRE2: a class cannot hold a complement, and
+// it differs only on U+180E.)
+std::string patch_pattern(const std::string& pattern) {
   const auto& extra = newer_category_ranges();
-  if (extra.empty()) return pattern;
   std::string out;
   out.reserve(pattern.size());
   bool in_class = false;
@@ -135,6 +149,12 @@ std::string patch_unicode_properties(const std::string& pattern) {
         else if (in_class) out += token + it->second;
         else out += "[" + token + it->second + "]";
         i = end;
+        continue;
+      }
+      if (e == 's' || (e == 'S' && !in_class)) {
+        if (in_class) out += kWhiteSpace;
+        else out += std::string(e == 's' ? "[" : "[^") + kWhiteSpace + "]";
+        i += 2;
         continue;
       }
       out.append(pattern, i, 2);  // any other escape: its second char is not syntax here
@@ -214,12 +234,13 @@ TokenizerRegex::TokenizerRegex(const std::string& pattern, bool literal, const s
   if (impl_->code == nullptr)
     fail(where, ": invalid regex ", pattern, " at offset ", err_offset, ": ", pcre2_message(err));
   if (!literal) {
-    std::string patched = patch_unicode_properties(pattern);
+    std::string patched = patch_pattern(pattern);
     if (patched != pattern) {
       pcre2_code_free(impl_->code);
       impl_->code = compile(patched);
-      GLINT_ASSERT(impl_->code != nullptr, "the regex ", pattern, " extended with newer Unicode ",
-                   "characters does not compile: ", pcre2_message(err));
+      GLINT_ASSERT(impl_->code != nullptr, "the regex ", pattern, " rewritten as ", patched,
+                   " (White_Space for \\s, newer Unicode characters) does not compile: ",
+                   pcre2_message(err));
     }
   }
   // JIT is an optimization: where it is unavailable the interpreter gives the same matches.

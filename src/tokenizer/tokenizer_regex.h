@@ -6,6 +6,9 @@
 // the characters that the linked ICU assigns to X but PCRE2's older tables do not know
 // (Debian 12: ICU 72 = Unicode 15.0, PCRE2 10.42 = Unicode 14.0). Characters newer than
 // ICU's version stay unassigned, and \P{X}, \w, \d keep PCRE2's tables.
+//
+// \s is the White_Space property, as in the reference's engine (PCRE2's own \s also
+// takes U+180E); so is \S outside a character class.
 #pragma once
 
 #include <memory>

@@ -5,8 +5,12 @@
 // conjoining jamo, Arabic, Hebrew with points, Devanagari, Thai, Cyrillic, Greek),
 // combining marks and decomposed forms that NFC composes, emoji with skin tones, ZWJ
 // sequences, flags and keycaps, code, runs of spaces/tabs/newlines (also CR, NEL, NBSP,
-// ideographic space), ASCII and non-ASCII digits and long digit runs, punctuation,
+// ideographic space, U+180E), ASCII and non-ASCII digits and long digit runs, punctuation,
 // contractions in several cases, and special tokens embedded in text (whole and broken).
+// For o200k-style regexes (gpt-oss) also: words in real scripts and languages, titlecase
+// and modifier letters and marks inside words, a non-letter prefix glued to a word,
+// digit groups inside numbers, dates and versions, punctuation runs ending in newlines
+// or slashes, and special tokens followed by the role/channel words of chat markup.
 //
 // The scripted fragments use blocks assigned by Unicode 13. One kind of fragment draws
 // code points from all of Unicode, kept only when `usable` accepts them (the test
@@ -76,7 +80,7 @@ class TokenizerCorpus {
 
   void fragment(std::string* s, bool long_mode) {
     int len = long_mode ? 5 + below(80) : 1 + below(12);
-    switch (below(33)) {
+    switch (below(37)) {
       case 0: case 1: case 2: case 3:
         word(s);
         break;
@@ -140,7 +144,7 @@ class TokenizerCorpus {
       case 18: {                                                        // whitespace runs
         static const char* const kSpace[] = {" ", "  ", "\t", "\n", "\r\n", "\r", "\n\n", " \n",
                                              "\u00A0", "\u3000", "\u2009", "\u0085", "\u2028",
-                                             "\u200B", "\v", "\f", "\t\t", "    "};
+                                             "\u200B", "\v", "\f", "\t\t", "    ", "\u180E"};
         for (int i = 0; i < len; ++i) s->append(pick(kSpace));
         break;
       }
@@ -201,6 +205,49 @@ class TokenizerCorpus {
           if (below(4) == 0) s->push_back(" a1'\n."[below(6)]);
         }
         break;
+      case 33: {                                                        // real multilingual text
+        static const char* const kText[] = {
+            "Привет, как дела?", "こんにちは、世界！", "我喜欢机器学习。", "안녕하세요, 반갑습니다.",
+            "مرحبا بالعالم", "שָׁלוֹם עוֹלָם", "नमस्ते दुनिया", "สวัสดีครับ ยินดีที่ได้รู้จัก",
+            "Γειά σου Κόσμε", "Türkçe öğreniyorum", "Tiếng Việt có dấu", "Ça va? Très bien!",
+            "Zürich, München & Köln", "Ελληνικά ΚΕΦΑΛΑΙΑ", "ДОБРЫЙ ДЕНЬ", "español: ¿qué tal?",
+            "Þórður Ǆemal ǅemal ǈudevit", "ᾈδης ᾋ", "ʰʲˢ modifier ʼlike", "Ⅻ ⅻ ↉",
+            "polski: zażółć gęślą jaźń", "हिन्दी में लिखा गया पाठ", "日本語のテキストです。", "繁體中文與简体中文"};
+        s->append(pick(kText));
+        break;
+      }
+      case 34:                                                          // chat markup
+        if (!specials_.empty()) {
+          static const char* const kRole[] = {
+              "system", "user", "assistant", "developer", "tool", "analysis", "commentary", "final",
+              "assistant to=functions.get_weather", " to=python", "json", "\n", "\n\n",
+              "commentary to=functions.search <|constrain|>json", "{\"q\": \"x\"}", "\nHello"};
+          s->append(specials_[size_t(below(int(specials_.size())))]);
+          s->append(pick(kRole));
+        }
+        break;
+      case 35: {                                                        // a prefix glued to a word
+        static const char* const kPrefix[] = {"\t", "\u00A0", "(", "\"", "@", "#", "_", ".", "$",
+                                              "-", "'", "\u3000", "\u2019", "/", "\U0001F600", "\u0301"};
+        static const char* const kWord[] = {"Hello", "hello", "HELLO", "HeLLo", "ǅemal", "DŽEMAL",
+                                            "CamelCase", "XMLHttpRequest", "e\u0301t\u00E9", "E\u0301TE\u0301",
+                                            "naïveté", "ʰello", "Ὀδυσσεύς", "Ǉubljana", "ΣΊΣΥΦΟΣ"};
+        static const char* const kSuffix[] = {"", "", "'s", "'S", "'ll", "'LL", "'Re", "'ve", "'D", "n't",
+                                              "'t'", "'s's", "'ſ"};
+        s->append(pick(kPrefix));
+        s->append(pick(kWord));
+        s->append(pick(kSuffix));
+        break;
+      }
+      case 36: {                                                        // numbers and code punctuation
+        static const char* const kNum[] = {
+            "2024-06-01", "v1.2.3", "1,234,567", "12:30:45", "3.14159265358979", "abc123def4567",
+            "1234567890123", "0.000001", "+1 (555) 123-4567", "$1,000,000.00", "50%", "x²+y²",
+            "});\n\n", "*/\n", "://", "<!--\r\n", "...\n/", "]]\r\r\n", "=>\n", "?>//",
+            "   \n\n", "\t\r\n", " \n \n", "\n\t\t", "a\n\n\nb", "  x  "};
+        s->append(pick(kNum));
+        break;
+      }
       default:                                                          // mixed-script words
         for (int i = 0; i < len; ++i) {
           switch (below(5)) {

@@ -1,5 +1,6 @@
 // glint's tokenizer against Hugging Face `tokenizers` (node binding, pinned in
-// tests/reference/package.json) on the real Qwen3 and DeepSeek-V3 tokenizer.json files:
+// tests/reference/package.json) on the real Qwen3, DeepSeek-V3 and gpt-oss (o200k_harmony)
+// tokenizer.json files:
 // token-exact encode on >= 10,000 generated strings each, decode equal to the
 // reference's decode, and decode(encode(s)) == s wherever the reference round-trips.
 #include <gtest/gtest.h>
@@ -82,6 +83,8 @@ std::vector<std::string> corpus(const Tokenizer& tok, uint64_t seed, int count) 
       "a\U0001E944\u0316", "a\u1AB0\u0316", "a\u1DF6\u0316", "a\u1AC1\u0316", "e\u1DFA\u0301",
       // Unicode 15.0 letters, digits and emoji (unknown to PCRE2 10.42's Unicode 14 tables).
       "\U00031350\U00031351 x", "\U00011F50\U00011F51 7", "\U0001FAE8!", "a\U0001FAE8b", "\U0001F6DC\U0001FA75.",
+      // U+180E: White_Space to PCRE2's \s, not to the reference's (tokenizer_regex.cc).
+      "\u180E.t", "R \u180E.t", "a\u180E\u180E b", " \u180E", "x\u180E\n",
   };
   std::string cjk;
   for (int i = 0; i < 3000; ++i) cjk += "\xE4\xB8\x80";  // U+4E00 x 3000: one long piece
@@ -104,10 +107,13 @@ std::vector<std::string> corpus(const Tokenizer& tok, uint64_t seed, int count) 
   return texts;
 }
 
-void check_against_reference(const std::string& package, uint64_t seed) {
+// `extra`: texts typical of the model's use, checked besides the generated corpus.
+void check_against_reference(const std::string& package, uint64_t seed,
+                             const std::vector<std::string>& extra = {}) {
   std::string dir = model_dir(package);
   Tokenizer tok = Tokenizer::load(dir);
   std::vector<std::string> texts = corpus(tok, seed, 10000);
+  texts.insert(texts.end(), extra.begin(), extra.end());
   std::string tmp = glint::testing::fresh_temp_dir("tokref_" + package);
   std::vector<Reference> refs = run_reference(dir + "/tokenizer.json", texts, tmp);
   ASSERT_EQ(refs.size(), texts.size());
@@ -145,6 +151,48 @@ TEST(TokenizerReference, Qwen3MatchesTokenizers) {
 
 TEST(TokenizerReference, DeepSeekV3MatchesTokenizers) {
   check_against_reference("tokenizer-deepseek_v3", 20240602);
+}
+
+// gpt-oss's o200k_harmony: a different pre-tokenizer regex (case-insensitive
+// contractions glued to words, letter classes with marks and titlecase, digits in groups
+// of 1-3, punctuation runs taking trailing newlines and slashes), ignore_merges, merges as
+// pairs, and the harmony chat format's special tokens.
+TEST(TokenizerReference, GptOssMatchesTokenizers) {
+  const std::string harmony =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: 2025-06-28\n\nReasoning: high\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+      "<|start|>developer<|message|># Instructions\n\nAlways respond in riddles\n\n# Tools\n\n"
+      "## functions\n\nnamespace functions {\n\n// Gets the current weather in the provided location.\n"
+      "type get_current_weather = (_: {\n// The city and state, e.g. San Francisco, CA\n"
+      "location: string,\nformat?: \"celsius\" | \"fahrenheit\", // default: celsius\n}) => any;\n\n"
+      "} // namespace functions<|end|>"
+      "<|start|>user<|message|>What is the weather like in SF? 東京は？<|end|>"
+      "<|start|>assistant<|channel|>analysis<|message|>User asks weather; call get_current_weather.<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+      "<|message|>{\"location\":\"San Francisco, CA\",\"format\":\"celsius\"}<|call|>"
+      "<|start|>functions.get_current_weather to=assistant<|channel|>commentary<|message|>"
+      "{\"sunny\": true, \"temperature\": 20}<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>It's sunny and 20\u00B0C \u2014 \u6674\u308C "
+      "\U0001F31E.<|return|>";
+  std::vector<std::string> extra = {
+      harmony,
+      "<|start|>assistant<|channel|>final<|message|>",
+      "<|startoftext|><|start|>user<|message|>hi<|end|><|start|>assistant",
+      "<|start|>assistant<|channel|>analysis<|message|>We're told: IT'S FINE, THEY'VE said I'D "
+      "go.\n\n\t<|end|>",
+      "<|start|>assistant<|channel|>commentary to=python<|message|>import math\n"
+      "print(math.factorial(30))\n<|call|>",
+      "<|reserved_200013|><|endofprompt|><|endoftext|>",
+      "<|start |>", "<|channel|", "|message|>", "<|<|end|>|>",
+      "12345678901234567890", "1234567.891011", "٣٤٥٦٧٨٩", "x = 1_000_000_000",
+      "ǅemal ǈudevit Ǉ ᾈδης ᾋΑ", "ʰʲ ʰello Helloʰ", "naïve cafe\u0301 E\u0301COLE",
+      "he's HE'S He'S hE's she'LL it'ſ",
+      "    def f(self):\n        return [x for x in range(10)]\n\n\n",
+      "\U0001F469\U0001F3FD\u200D\U0001F4BB \U0001F1EB\U0001F1F7 \U0001F44D\U0001F3FB\U0001F44D",
+      "   \t \u00A0\u3000\n \r\n\r\n  \n",
+  };
+  check_against_reference("tokenizer-gptoss", 20240603, extra);
 }
 
 // The hand-written fixture, and variants of it, exercise what the real files do not:

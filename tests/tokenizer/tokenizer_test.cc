@@ -203,6 +203,28 @@ TEST(TokenizerRegex, KnowsCharactersNewerThanPcre2Tables) {
   EXPECT_NE(err.find("where: invalid regex (\\p{L} at offset 6"), std::string::npos) << err;
 }
 
+TEST(TokenizerRegex, WhiteSpaceIsTheUnicodeProperty) {
+  // \s is White_Space, as in the reference's engine: U+180E (a format character since
+  // Unicode 6.3) is not a space, though PCRE2's own \s and \h still take it.
+  auto matches = [](const char* pattern, const std::string& text) {
+    TokenizerRegex re(pattern, false, "test");
+    std::vector<std::pair<size_t, size_t>> m;
+    re.find_all(text, &m);
+    return m;
+  };
+  using M = std::vector<std::pair<size_t, size_t>>;
+  std::string mvs = "\u180E";  // 3 bytes
+  EXPECT_EQ(matches("\\s+", " \t\n\v\f\r\u0085\u00A0\u1680\u2000\u200A\u2028\u2029\u202F\u205F\u3000"),
+            (M{{0, 34}}));
+  EXPECT_EQ(matches("\\s", mvs + "\u200B\x1C"), (M{}));
+  EXPECT_EQ(matches("\\S+", mvs + "."), (M{{0, 4}}));
+  EXPECT_EQ(matches("[^\\s\\p{L}]+", mvs + ".t"), (M{{0, 4}}));
+  EXPECT_EQ(matches("\\s+(?!\\S)|[\\s-]+", "a -" + mvs), (M{{1, 3}}));
+  // o200k's pre-tokenizer: the separator and "." are one punctuation piece, "t" a word.
+  EXPECT_EQ(matches(" ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\s+", mvs + ".t"),
+            (M{{0, 4}, {4, 5}}));
+}
+
 TEST(Tokenizer, InvalidUtf8NamesTheByteOffset) {
   struct Case {
     std::string text;
