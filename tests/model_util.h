@@ -3,8 +3,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -26,6 +28,17 @@ inline at::Tensor positions(const at::Tensor& ids) {
 inline at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& seg) {
   return m.logits(m.forward(ids, pos, seg).hidden);
 }
+
+// The logits of ids [B,S]: one sequence per row at positions 0..S-1.
+inline at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids) {
+  return logits_of(m, ids, positions(ids), at::zeros_like(ids));
+}
+
+// A named edit of a config.json, for tests that run one check over several configs.
+struct ConfigVariant {
+  const char* name;
+  std::function<void(nlohmann::json&)> edit;
+};
 
 // Every parameter random around its initialisation (0.3 randn, plus 1 for vectors: norm
 // weights around 1), every buffer (router correction biases) 0.3 randn, negative ones among them.

@@ -46,7 +46,10 @@ c10::ScalarType output_dtype(const std::string& option, const StoredForm& form) 
 // scale · B[rows] · A for rows [first, first + n) of an adapted tensor, in `dt`: rows of a
 // linear's [out, in] weight, or of a packed expert tensor [E, out, in] seen as E·out rows
 // (the n rows lie in one expert's slice; `out` rows per expert).  -> [n, in]
-at::Tensor delta_rows(const LoraSite& site, int64_t first, int64_t n, int64_t out, c10::ScalarType dt) {
+// An input-major expert tensor [E, in, out] (in_major) is E·in rows of (scale · B · A)^T:
+// `out` then counts its rows per expert, and the result is [n, out].
+at::Tensor delta_rows(const LoraSite& site, int64_t first, int64_t n, int64_t out, c10::ScalarType dt,
+                      bool in_major = false) {
   if (site.linear) {
     const LoraLinear& l = *site.linear;
     return at::matmul(l.B.narrow(0, first, n).to(dt), l.A.to(dt)) * l.scale;  // [n,r] x [r,in]
@@ -54,6 +57,8 @@ at::Tensor delta_rows(const LoraSite& site, int64_t first, int64_t n, int64_t ou
   const LoraExperts& ex = *site.experts;
   const int64_t e = first / out, row = first % out;
   GLINT_ASSERT((first + n - 1) / out == e, "rows [", first, ", ", first + n, ") span two experts");
+  if (in_major)  // [n,r] x [r,out]
+    return at::matmul(ex.A[e].t().narrow(0, row, n).to(dt), ex.B[e].t().to(dt)) * ex.scale;
   return at::matmul(ex.B[e].narrow(0, row, n).to(dt), ex.A[e].to(dt)) * ex.scale;  // [n,r] x [r,in]
 }
 
@@ -174,7 +179,7 @@ MergeReport merge_adapter(const MergeOptions& o) {
       at::Tensor w = read_parameter_range(*ckpt, site, source_shape, row * in, n * in, compute);  // [n*in]
       if (lora_site) {
         const int64_t out = site.expert ? rows_per_expert : source_shape[0];
-        w = (w.view({n, in}) + delta_rows(*lora_site, row, n, out, compute)).reshape({-1});
+        w = (w.view({n, in}) + delta_rows(*lora_site, row, n, out, compute, site.in_major)).reshape({-1});
       }
       report.largest_piece_bytes = std::max<uint64_t>(report.largest_piece_bytes, uint64_t(n * row_bytes));
       writer.append(w.to(out_dtype).contiguous());

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/causal_lm.h"
+#include "model/moe.h"
 
 namespace glint {
 
@@ -17,12 +18,12 @@ std::string Adaptable::target() const { return experts ? expert_target(parameter
 
 int64_t Adaptable::in_features() const {
   if (linear) return linear->in_features();
-  return parameter == "gate_up_proj" ? experts->gate_up_proj.size(2) : experts->down_proj.size(2);
+  return experts->in_features(parameter == "gate_up_proj" ? PackedExpert::kGateUp : PackedExpert::kDown);
 }
 
 int64_t Adaptable::out_features() const {
   if (linear) return linear->out_features();
-  return parameter == "gate_up_proj" ? experts->gate_up_proj.size(1) : experts->down_proj.size(1);
+  return experts->out_features(parameter == "gate_up_proj" ? PackedExpert::kGateUp : PackedExpert::kDown);
 }
 
 std::shared_ptr<ExpertAdapter>& Adaptable::expert_adapter() const {

@@ -123,13 +123,17 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
 std::vector<ParameterSite> parameter_sites(CausalLMImpl& model) {
   std::unordered_map<const c10::TensorImpl*, std::pair<int64_t, bool>> where;
   std::unordered_map<const c10::TensorImpl*, PackedExpert> packed;
+  std::unordered_map<const c10::TensorImpl*, bool> in_major;
   for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
     DecoderLayer layer = model.layer(l);
     for (const auto& p : layer->parameters()) where[p.unsafeGetTensorImpl()] = {l, false};
     if (!layer->moe) continue;
     for (const auto& p : layer->moe->experts->parameters()) where[p.unsafeGetTensorImpl()] = {l, true};
-    packed[layer->moe->experts->gate_up_proj.unsafeGetTensorImpl()] = PackedExpert::kGateUp;
-    packed[layer->moe->experts->down_proj.unsafeGetTensorImpl()] = PackedExpert::kDown;
+    for (PackedExpert t : {PackedExpert::kGateUp, PackedExpert::kDown, PackedExpert::kGateUpBias, PackedExpert::kDownBias})
+      if (layer->moe->experts->packed(t).defined()) {
+        packed[layer->moe->experts->packed(t).unsafeGetTensorImpl()] = t;
+        in_major[layer->moe->experts->packed(t).unsafeGetTensorImpl()] = layer->moe->experts->form.in_major;
+      }
   }
   std::vector<ParameterSite> out;
   for (const auto& item : model.named_parameters()) {
@@ -137,7 +141,10 @@ std::vector<ParameterSite> parameter_sites(CausalLMImpl& model) {
     site.family = model.family;
     auto it = where.find(item.value().unsafeGetTensorImpl());
     if (it != where.end()) std::tie(site.layer, site.expert) = it->second;
-    if (auto p = packed.find(item.value().unsafeGetTensorImpl()); p != packed.end()) site.packed = p->second;
+    if (auto p = packed.find(item.value().unsafeGetTensorImpl()); p != packed.end()) {
+      site.packed = p->second;
+      site.in_major = in_major.at(p->first);
+    }
     out.push_back(std::move(site));
   }
   return out;
@@ -235,6 +242,12 @@ void init_weights(CausalLMImpl& model, uint64_t seed) {
       (norm->unit_offset ? zeros : ones).insert(norm->weight.unsafeGetTensorImpl());
     if (auto* lin = dynamic_cast<LinearImpl*>(m.get()); lin && lin->bias.defined())
       zeros.insert(lin->bias.unsafeGetTensorImpl());
+    // Routers' and experts' biases too.
+    if (auto* router = dynamic_cast<RouterImpl*>(m.get()); router && router->bias.defined())
+      zeros.insert(router->bias.unsafeGetTensorImpl());
+    if (auto* ex = dynamic_cast<ExpertsImpl*>(m.get()); ex && ex->form.biases)
+      for (PackedExpert t : {PackedExpert::kGateUpBias, PackedExpert::kDownBias})
+        zeros.insert(ex->packed(t).unsafeGetTensorImpl());
   }
   for (auto& p : model.parameters()) {
     if (ones.count(p.unsafeGetTensorImpl())) {

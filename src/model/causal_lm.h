@@ -106,6 +106,7 @@ struct ParameterSite {
   // For a routed-experts tensor: which packed tensor it is, and the family whose names
   // its checkpoint keys follow (ModelFamily::expert_keys).
   PackedExpert packed = PackedExpert::kGateUp;
+  bool in_major = false;  // the experts' form stores it [E, in, out] (ExpertForm::in_major)
   const ModelFamily* family = nullptr;
 };
 std::vector<ParameterSite> parameter_sites(CausalLMImpl& model);

@@ -110,7 +110,7 @@ void HistoryState::keep_rows(const at::Tensor& rows) {
 }
 
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
-                            const LayerContext& ctx) {
+                            const LayerContext& ctx, const at::Tensor& sinks, int64_t window) {
   GLINT_ASSERT(ctx.cache != nullptr, "cached_attention without a cache");
   const DecodeCache& cache = *ctx.cache;
   const int64_t B = q.size(0), Nh = q.size(1), S = q.size(2), D = q.size(3), Nkv = k.size(1), Dv = v.size(3);
@@ -123,7 +123,7 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   state.k.scatter_(2, at_pos.expand({B, Nkv, S, D}), k);
   state.v.scatter_(2, at_pos.expand({B, Nkv, S, Dv}), v);
   // Whole prompts: the packed-sequence kernels, which never see the cache.
-  if (cache.prefill()) return sequence_attention(q, k, v, ctx.layout);
+  if (cache.prefill() && !sinks.defined() && window == 0) return sequence_attention(q, k, v, ctx.layout);
 
   const int64_t T = cache.span(), rep = Nh / Nkv;
   const auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -132,9 +132,13 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor scores = at::matmul(qg, keys.transpose(2, 3)).to(compute).mul(1.0 / std::sqrt(double(D)));
   // Query i of row b sees the keys at positions <= lengths[b] + i.
   at::Tensor j = at::arange(T, cache.write_index().options()).view({1, 1, T});
-  at::Tensor hidden_keys = j.gt(cache.write_index().unsqueeze(-1)).view({B, 1, 1, S, T});
-  scores = scores.view({B, Nkv, rep, S, T}).masked_fill(hidden_keys, -std::numeric_limits<double>::infinity());
-  at::Tensor p = at::softmax(scores, -1).to(v.scalar_type()).view({B, Nkv, rep * S, T});
+  at::Tensor hidden_keys = j.gt(cache.write_index().unsqueeze(-1));  // [B,S,T]
+  if (window > 0) hidden_keys = hidden_keys.logical_or(j.le(cache.write_index().unsqueeze(-1) - window));
+  scores = scores.view({B, Nkv, rep, S, T})
+               .masked_fill(hidden_keys.view({B, 1, 1, S, T}), -std::numeric_limits<double>::infinity());
+  if (sinks.defined())  // one more logit per query, dropped after the softmax
+    scores = at::cat({scores, sinks.to(compute).view({1, Nkv, rep, 1, 1}).expand({B, Nkv, rep, S, 1})}, -1);
+  at::Tensor p = at::softmax(scores, -1).narrow(-1, 0, T).to(v.scalar_type()).view({B, Nkv, rep * S, T});
   at::Tensor out = at::matmul(p, values).view({B, Nh, S, Dv});  // [B,Nh,S,Dv]
   return out.transpose(1, 2).reshape({B, S, Nh * Dv});
 }

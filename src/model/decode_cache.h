@@ -113,8 +113,11 @@ struct KvState : LayerState {
 // v [B,Nkv,S,Dv] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*Dv], scores scaled
 // by 1/sqrt(D): the contract of sequence_attention, whose kernels run the prefill.
 // Outputs at padding positions are finite and meaningless.
+// With `sinks` [Nh] each head's sink logit joins its softmax denominator, and with
+// window > 0 a query sees only the keys less than `window` positions back (model/gpt_oss
+// attention); both are kept in the prefill too.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
-                            const LayerContext& ctx);
+                            const LayerContext& ctx, const at::Tensor& sinks = at::Tensor(), int64_t window = 0);
 
 // The inputs of a module with no decoding state of its own: [B,Cap,H].
 struct HistoryState : LayerState {

@@ -14,8 +14,15 @@ SpelledExpertKeys::SpelledExpertKeys(ExpertSpelling spelling) : s_(std::move(spe
                  s_.experts, ")");
 }
 
-const std::string& SpelledExpertKeys::packed_name(PackedExpert t) const {
-  return t == PackedExpert::kGateUp ? s_.gate_up : s_.packed_down;
+std::string SpelledExpertKeys::packed_name(PackedExpert t) const {
+  switch (t) {
+    case PackedExpert::kGateUp: return s_.gate_up;
+    case PackedExpert::kDown: return s_.packed_down;
+    case PackedExpert::kGateUpBias: return s_.gate_up + "_bias";
+    case PackedExpert::kDownBias: return s_.packed_down + "_bias";
+  }
+  GLINT_ASSERT(false);
+  return "";
 }
 
 std::string SpelledExpertKeys::peft_module(int64_t layer) const {

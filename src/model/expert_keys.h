@@ -1,6 +1,7 @@
 // Routed-expert keys built from a family's spellings: the layout most releases share,
 //   per expert:  "<layers>.<L>.<block>.<experts>.<E>.<gate | up | down>.weight"
-//   packed:      "<layers>.<L>.<block>.<experts>.<gate_up | packed_down>"
+//   packed:      "<layers>.<L>.<block>.<experts>.<gate_up | packed_down>", their biases
+//                the same + "_bias"
 //   PEFT:        module "<layers>.<L>.<block>.<experts>", target_parameters
 //                "<block>.<experts>.<gate_up | packed_down>".
 // The spellings are the family's and live in its folder (ModelFamily::expert_keys); this
@@ -32,7 +33,7 @@ class SpelledExpertKeys : public ExpertKeys {
   const ExpertSpelling& spelling() const { return s_; }
 
  private:
-  const std::string& packed_name(PackedExpert t) const;
+  std::string packed_name(PackedExpert t) const;  // a bias: the tensor's name + "_bias"
   ExpertSpelling s_;
 };
 

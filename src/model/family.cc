@@ -7,6 +7,7 @@
 #include "model/deepseek_v3/family.h"
 #include "model/deepseek_v4/family.h"
 #include "model/glm4_moe/family.h"
+#include "model/gpt_oss/family.h"
 #include "model/qwen3/family.h"
 #include "model/qwen3_5/family.h"
 #include "model/qwen3_next/family.h"
@@ -22,6 +23,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &deepseek_v4_family(),
       &qwen3_next_family(),
       &glm4_moe_family(),
+      &gpt_oss_family(),
   };
   return families;
 }

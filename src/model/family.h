@@ -80,8 +80,9 @@ struct LayerParts {
 
 // glint's routed experts of one MoE layer are two packed tensors (model/moe.h Experts):
 // gate_up_proj [E, 2I, H] (per expert its gate rows [0, I), then its up rows [I, 2I)) and
-// down_proj [E, H, I].
-enum class PackedExpert { kGateUp, kDown };
+// down_proj [E, H, I]; a family's ExpertForm may store them input-major ([E, H, 2I],
+// [E, I, H]) with gate and up interleaved, and add a bias to each ([E, 2I], [E, H]).
+enum class PackedExpert { kGateUp, kDown, kGateUpBias, kDownBias };
 // One expert's projection in the per-expert form: gate [I, H], up [I, H], down [H, I].
 enum class ExpertProjection { kGate, kUp, kDown };
 

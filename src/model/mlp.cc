@@ -4,9 +4,15 @@
 
 namespace glint {
 
+at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, const Glu& form) {
+  at::Tensor g = form.limit > 0 ? gate.clamp_max(form.limit) : gate;
+  at::Tensor u = form.limit > 0 ? up.clamp(-form.limit, form.limit) : up;
+  if (form.up_offset != 0) u = u + form.up_offset;
+  return (form.alpha == 1.0 ? at::silu(g) : g * at::sigmoid(g * form.alpha)) * u;
+}
+
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit) {
-  if (limit <= 0) return at::silu(gate) * up;
-  return at::silu(gate.clamp_max(limit)) * up.clamp(-limit, limit);
+  return glu(gate, up, Glu{limit});
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, const TensorPlacement& p, double limit)

@@ -8,7 +8,16 @@
 
 namespace glint {
 
-// silu(gate) * up, with gate clamped to <= limit and up to [-limit, limit] when limit > 0.
+// A gated linear unit's activation: gate * sigmoid(alpha * gate) * (up + up_offset), with
+// gate clamped to <= limit and up to [-limit, limit] when limit > 0. The defaults are SwiGLU
+// (silu(gate) * up); DeepSeek-V4 sets a limit; gpt-oss a limit, alpha 1.702 and offset 1.
+struct Glu {
+  double limit = 0.0;
+  double alpha = 1.0;
+  double up_offset = 0.0;
+};
+at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, const Glu& form);
+// SwiGLU with a clamp: glu(gate, up, {limit}).
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit);
 
 class DenseMlpImpl : public MlpModule {

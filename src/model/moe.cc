@@ -49,26 +49,54 @@ at::Tensor LocalTokenDispatcher::combine(const at::Tensor& expert_out, const Dis
 }
 
 ExpertsImpl::ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
-                         const TensorPlacement& p, int64_t first, double limit)
-    : first_expert(first), swiglu_limit(limit) {
-  gate_up_proj = register_parameter("gate_up_proj", new_weight({num_local, 2 * intermediate, hidden}, p));
-  down_proj = register_parameter("down_proj", new_weight({num_local, hidden, intermediate}, p));
+                         const TensorPlacement& p, int64_t first, ExpertForm form_)
+    : first_expert(first), form(form_) {
+  const int64_t H = hidden, I2 = 2 * intermediate, I = intermediate;
+  gate_up_proj = register_parameter(
+      "gate_up_proj", new_weight(form.in_major ? at::IntArrayRef{num_local, H, I2} : at::IntArrayRef{num_local, I2, H}, p));
+  if (form.biases) gate_up_proj_bias = register_parameter("gate_up_proj_bias", new_weight({num_local, I2}, p));
+  down_proj = register_parameter(
+      "down_proj", new_weight(form.in_major ? at::IntArrayRef{num_local, I, H} : at::IntArrayRef{num_local, H, I}, p));
+  if (form.biases) down_proj_bias = register_parameter("down_proj_bias", new_weight({num_local, H}, p));
 }
+
+at::Tensor& ExpertsImpl::packed(PackedExpert t) {
+  switch (t) {
+    case PackedExpert::kGateUp: return gate_up_proj;
+    case PackedExpert::kDown: return down_proj;
+    case PackedExpert::kGateUpBias: return gate_up_proj_bias;
+    case PackedExpert::kDownBias: return down_proj_bias;
+  }
+  GLINT_ASSERT(false);
+  return gate_up_proj;
+}
+
+namespace {
+// Each grouped row's expert bias: bias [E_local, out] repeated counts[e] times -> [N, out].
+at::Tensor row_bias(const at::Tensor& bias, const std::vector<int64_t>& counts) {
+  at::Tensor repeats = at::tensor(counts, at::kLong).to(bias.device(), /*non_blocking=*/true);
+  return bias.repeat_interleave(repeats, 0);
+}
+}  // namespace
 
 at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts,
                                 const at::Tensor& tags) {
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
   int64_t I = intermediate();
-  at::Tensor h = compat::grouped_matmul(x, gate_up_proj, counts);                                   // [N, 2I]
+  at::Tensor h = compat::grouped_matmul(x, out_major(gate_up_proj), counts);  // [N, 2I]
   if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts, tags);
-  at::Tensor act = swiglu(h.narrow(1, 0, I), h.narrow(1, I, I), swiglu_limit);  // [N, I]
-  at::Tensor y = compat::grouped_matmul(act, down_proj, counts);                                 // [N, H]
+  if (form.biases) h = h + row_bias(gate_up_proj_bias, counts);
+  at::Tensor gate = form.interleaved ? h.slice(1, 0, 2 * I, 2) : h.narrow(1, 0, I);
+  at::Tensor up = form.interleaved ? h.slice(1, 1, 2 * I, 2) : h.narrow(1, I, I);
+  at::Tensor act = glu(gate, up, form.glu);                                    // [N, I]
+  at::Tensor y = compat::grouped_matmul(act, out_major(down_proj), counts);    // [N, H]
   if (down_adapter) y = y + down_adapter->delta(act, counts, tags);
+  if (form.biases) y = y + row_bias(down_proj_bias, counts);
   return y;
 }
 
-RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing)
+RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing, bool with_bias)
     : num_experts(c.num_experts),
       top_k(c.num_experts_per_tok),
       norm_topk_prob(c.norm_topk_prob),
@@ -79,6 +107,7 @@ RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p, bool hash
       topk_group(c.topk_group),
       routed_scaling_factor(c.routed_scaling_factor) {
   weight = register_parameter("weight", new_weight({c.num_experts, c.hidden_size}, p));
+  if (with_bias) bias = register_parameter("bias", new_weight({c.num_experts}, p));
   if (hash_routing)
     tid2eid = register_buffer("tid2eid", at::zeros({c.vocab_size, c.num_experts_per_tok},
                                                    at::TensorOptions().dtype(at::kLong).device(p.device)));
@@ -125,7 +154,7 @@ at::Tensor RouterImpl::select(const at::Tensor& logits, const at::Tensor& token_
 Routing RouterImpl::route(const at::Tensor& x, const at::Tensor& token_ids) const {
   auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   Routing r;
-  r.logits = at::linear(x.to(compute), weight.to(compute));  // [T, E]
+  r.logits = at::linear(x.to(compute), weight.to(compute), bias.defined() ? bias.to(compute) : at::Tensor());  // [T, E]
   at::Tensor s = scores(r.logits);
   r.experts = select(r.logits, token_ids);                   // [T, K]
   at::Tensor w = s.gather(1, r.experts);                     // [T, K], differentiable
@@ -136,11 +165,12 @@ Routing RouterImpl::route(const at::Tensor& x, const at::Tensor& token_ids) cons
   return r;
 }
 
-MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing)
+MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, MoeForm form)
     : num_experts(c.num_experts), top_k(c.num_experts_per_tok) {
-  gate = register_module("gate", Router(c, p, hash_routing));
+  gate = register_module(form.router_name, Router(c, p, form.hash_routing, form.router_bias));
+  if (form.experts.glu.limit == 0) form.experts.glu.limit = c.swiglu_limit;
   experts = register_module(
-      "experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, p, 0, c.swiglu_limit));
+      "experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, p, 0, form.experts));
   if (c.n_shared_experts > 0)
     shared_experts = register_module(
         "shared_experts",

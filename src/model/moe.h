@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/adapter.h"
@@ -76,35 +77,57 @@ class LocalTokenDispatcher : public TokenDispatcher {
   int64_t num_experts_;
 };
 
-// Packed expert weights: expert e's weights are the dim-0 slice e, so sharding experts
-// is a slice. gate_up_proj rows [0, I) are gate, [I, 2I) are up.
+// How a family's experts hold and use their packed tensors.
+struct ExpertForm {
+  // Stored input-major, used as x W: gate_up_proj [E, H, 2I], down_proj [E, I, H] (gpt-oss).
+  // Else output-major, used as x W^T: gate_up_proj [E, 2I, H], down_proj [E, H, I].
+  bool in_major = false;
+  // gate_up's outputs alternate gate (2j) and up (2j + 1) (gpt-oss); else gate [0, I), up [I, 2I).
+  bool interleaved = false;
+  bool biases = false;  // gate_up_proj_bias [E, 2I], down_proj_bias [E, H], added to each output
+  Glu glu;              // the activation of gate and up
+};
+
+// Packed expert weights: expert e's tensors are the dim-0 slice e, so sharding experts is a
+// slice. A packed tensor's "out" and "in" are its projection's, whatever its storage order.
 class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_local, int64_t hidden, int64_t intermediate,
-              const TensorPlacement& place, int64_t first_expert = 0, double swiglu_limit = 0.0);
+              const TensorPlacement& place, int64_t first_expert = 0, ExpertForm form = {});
   // x [N, H] grouped by local expert with counts[e] rows each  ->  [N, H]; tags [N] are
   // passed to the adapters (undefined: none).
   at::Tensor forward(const at::Tensor& x, const std::vector<int64_t>& counts,
                      const at::Tensor& tags = at::Tensor());
   int64_t num_local() const { return gate_up_proj.size(0); }
-  int64_t intermediate() const { return down_proj.size(2); }
+  int64_t hidden() const { return form.in_major ? gate_up_proj.size(1) : gate_up_proj.size(2); }
+  int64_t intermediate() const { return form.in_major ? down_proj.size(1) : down_proj.size(2); }
+  // The packed tensor t (gate_up_proj, down_proj or a bias), and its projection's sizes.
+  at::Tensor& packed(PackedExpert t);
+  int64_t in_features(PackedExpert t) const { return t == PackedExpert::kGateUp ? hidden() : intermediate(); }
+  int64_t out_features(PackedExpert t) const { return t == PackedExpert::kGateUp ? 2 * intermediate() : hidden(); }
+  // Expert weights [E, out, in] of a tensor in this form's storage order (a view), and back.
+  at::Tensor out_major(const at::Tensor& w) const { return form.in_major ? w.transpose(1, 2) : w; }
 
-  at::Tensor gate_up_proj;  // [E_local, 2I, H]
-  at::Tensor down_proj;     // [E_local, H, I]
-  int64_t first_expert;     // global id of local expert 0
-  double swiglu_limit;      // > 0: gate clamped from above, up to [-limit, limit]
+  at::Tensor gate_up_proj;       // [E_local, 2I, H], or [E_local, H, 2I] in_major
+  at::Tensor down_proj;          // [E_local, H, I], or [E_local, I, H] in_major
+  at::Tensor gate_up_proj_bias;  // [E_local, 2I] with form.biases, else undefined
+  at::Tensor down_proj_bias;     // [E_local, H] with form.biases, else undefined
+  int64_t first_expert;          // global id of local expert 0
+  ExpertForm form;
   std::shared_ptr<ExpertAdapter> gate_up_adapter;  // optional LoRA on gate_up_proj
   std::shared_ptr<ExpertAdapter> down_adapter;     // optional LoRA on down_proj
 };
 TORCH_MODULE(Experts);
 
-// The router ("mlp.gate"): expert scores of each token and its top-k choice. Never adapted.
+// The router ("mlp.gate", gpt-oss "mlp.router"): expert scores of each token and its top-k
+// choice. Never adapted.
 // A hash router (hash_routing) takes each token's experts from the table tid2eid by token
 // id instead of the top-k; its weights still come from the scores.
 class RouterImpl : public torch::nn::Module {
  public:
   enum class Scoring { kSoftmax, kSigmoid, kSqrtSoftplus };
-  RouterImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false);
+  // bias: logits are x W^T + b (gpt-oss), b a parameter [E].
+  RouterImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false, bool bias = false);
   // x [T, H] -> the routing of its tokens; token_ids [T] int64 (read by a hash router only).
   Routing route(const at::Tensor& x, const at::Tensor& token_ids = at::Tensor()) const;
   // The experts route() chooses for router logits [T, E] of tokens token_ids [T]: [T, K]
@@ -117,6 +140,7 @@ class RouterImpl : public torch::nn::Module {
   int64_t n_group, topk_group;
   double routed_scaling_factor;
   at::Tensor weight;                   // [E, H]
+  at::Tensor bias;                     // [E], or undefined
   at::Tensor e_score_correction_bias;  // [E] float32 buffer, added to the scores for the
                                        // choice only; undefined when the family has none
   at::Tensor tid2eid;                  // [V, K] int64 buffer of a hash router, else undefined
@@ -126,9 +150,19 @@ class RouterImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Router);
 
+// What a family's MoE block differs in beyond its config: the router's kind and module name,
+// and its experts' form.
+struct MoeForm {
+  bool hash_routing = false;         // DeepSeek-V4's hash layers
+  std::string router_name = "gate";  // the router's module name under the block
+  bool router_bias = false;
+  ExpertForm experts;  // its glu.limit defaults to the config's swiglu_limit (see MoeBlockImpl)
+};
+
 class MoeBlockImpl : public MlpModule {
  public:
-  MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place, bool hash_routing = false);
+  // The experts' GLU clamp is c.swiglu_limit unless `form` sets one.
+  MoeBlockImpl(const ModelConfig& c, const TensorPlacement& place, MoeForm form = {});
   // x [..., H] ([T, H], or [B, S, H] for tenant adapters on a shared expert to find their
   // rows) -> the same shape, for tokens token_ids [T] (read by a hash router only); the
   // routing is returned through *routing when non-null.
@@ -140,7 +174,7 @@ class MoeBlockImpl : public MlpModule {
   }
 
   int64_t num_experts, top_k;
-  Router gate{nullptr};
+  Router gate{nullptr};  // registered as form.router_name
   Experts experts{nullptr};
   DenseMlp shared_experts{nullptr};  // "shared_experts" (n_shared_experts > 0) or "shared_expert"
                                      // (shared_expert_intermediate_size > 0), else absent

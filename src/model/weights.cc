@@ -101,6 +101,54 @@ at::Tensor read_value_flat(const CheckpointReader& ckpt, const std::string& key,
   return read_value_rows(ckpt, key, first, last - first + 1, dtype).reshape({-1}).narrow(0, start - first * C, count);
 }
 
+// A packed expert tensor "<key>" in MXFP4 (gpt-oss releases): "<key>_blocks" [E, out, in/32,
+// 16] bytes, two E2M1 codes each (column 2k in the low nibble), and "<key>_scales" [E, out,
+// in/32] E8M0 codes, one per 32 values of a row (io/quantized.h dequantize_fp4_e2m1). The
+// values are [E, out, in], whatever order the model holds them in.
+std::string mxfp4_blocks(const std::string& key) { return key + "_blocks"; }
+std::string mxfp4_scales(const std::string& key) { return key + "_scales"; }
+bool stored_mxfp4(const CheckpointReader& ckpt, const std::string& key) {
+  return !ckpt.contains(key) && ckpt.contains(mxfp4_blocks(key));
+}
+
+// Checks the MXFP4 pair of `key` against values [E, out, in] (out_major).
+void check_mxfp4_shape(const CheckpointReader& ckpt, const std::string& key, at::IntArrayRef out_major) {
+  GLINT_CHECK(out_major.size() == 3, ckpt.dir(), ": key '", mxfp4_blocks(key), "' stands for a ",
+              out_major.size(), "-D tensor; MXFP4 holds packed experts only");
+  const int64_t E = out_major[0], out = out_major[1], in = out_major[2];
+  GLINT_CHECK(in % 32 == 0, ckpt.dir(), ": key '", mxfp4_blocks(key), "' would hold rows of ", in,
+              " values, not a multiple of MXFP4's 32");
+  const std::string blocks = mxfp4_blocks(key), scales = mxfp4_scales(key);
+  GLINT_CHECK(ckpt.contains(scales), ckpt.dir(), ": key '", blocks, "' has no scales '", scales, "'");
+  const std::vector<int64_t> want_blocks{E, out, in / 32, 16}, want_scales{E, out, in / 32};
+  GLINT_CHECK(at::IntArrayRef(ckpt.info(blocks).shape) == at::IntArrayRef(want_blocks), ckpt.dir(), ": key '", blocks,
+              "' has shape ", shape_str(ckpt.info(blocks).shape), ", expected ", shape_str(want_blocks));
+  GLINT_CHECK(at::IntArrayRef(ckpt.info(scales).shape) == at::IntArrayRef(want_scales), ckpt.dir(), ": key '", scales,
+              "' has shape ", shape_str(ckpt.info(scales).shape), ", expected ", shape_str(want_scales));
+  for (const std::string* k : {&blocks, &scales})
+    GLINT_CHECK(ckpt.info(*k).stored_dtype == "U8" || ckpt.info(*k).stored_dtype == "I8", ckpt.dir(), ": key '", *k,
+                "' is stored as ", ckpt.info(*k).stored_dtype, ", MXFP4 codes are U8");
+}
+
+// Experts [first, first + n) of the MXFP4 tensor `key`, values [E, out, in]: [n, out, in].
+at::Tensor read_mxfp4_experts(const CheckpointReader& ckpt, const std::string& key, at::IntArrayRef out_major,
+                              int64_t first, int64_t n, c10::ScalarType dtype) {
+  check_mxfp4_shape(ckpt, key, out_major);
+  const int64_t out = out_major[1], in = out_major[2];
+  at::Tensor blocks = ckpt.read_rows(mxfp4_blocks(key), first, n).reshape({n * out, in / 2});
+  at::Tensor scales = ckpt.read_rows(mxfp4_scales(key), first, n).reshape({n * out, in / 32});
+  const std::string name = ckpt.dir() + ": key '" + mxfp4_blocks(key) + "' (experts " + std::to_string(first) +
+                           ".." + std::to_string(first + n - 1) + ")";
+  return dequantize_fp4_e2m1(blocks, scales, dtype, name).view({n, out, in});
+}
+
+// The shape of packed expert tensor `t` as [E, out, in] given the model's tensor shape.
+std::vector<int64_t> out_major_shape(at::IntArrayRef shape, bool in_major) {
+  std::vector<int64_t> s = shape.vec();
+  if (in_major && s.size() == 3) std::swap(s[1], s[2]);
+  return s;
+}
+
 void copy_into(at::Tensor& param, const at::Tensor& value) {
   at::NoGradGuard no_grad;
   param.copy_(value);
@@ -111,20 +159,35 @@ void copy_into(at::Tensor& param, const at::Tensor& value) {
 void load_experts(ExpertsImpl& ex, int64_t l, const ExpertKeys& names, const CheckpointReader& ckpt,
                   std::set<std::string>* used) {
   int64_t n = ex.num_local(), first = ex.first_expert, I = ex.intermediate();
-  int64_t H = ex.gate_up_proj.size(2);
-  const std::string gu = names.packed(l, PackedExpert::kGateUp), dn = names.packed(l, PackedExpert::kDown);
-  if (ckpt.contains(gu)) {
-    int64_t E = ckpt.info(gu).shape.empty() ? 0 : ckpt.info(gu).shape[0];
-    GLINT_CHECK(first + n <= E, ckpt.dir(), ": key '", gu, "' holds ", E,
+  int64_t H = ex.hidden();
+  const std::string gu = names.packed(l, PackedExpert::kGateUp);
+  if (ckpt.contains(gu) || stored_mxfp4(ckpt, gu)) {
+    const std::string& probe = ckpt.contains(gu) ? gu : mxfp4_blocks(gu);
+    int64_t E = ckpt.info(probe).shape.empty() ? 0 : ckpt.info(probe).shape[0];
+    GLINT_CHECK(first + n <= E, ckpt.dir(), ": key '", probe, "' holds ", E,
                 " experts, the model needs experts up to ", first + n);
-    check_shape(ckpt, gu, {E, 2 * I, H});
-    check_shape(ckpt, dn, {E, H, I});
-    copy_into(ex.gate_up_proj, ckpt.read_rows(gu, first, n));
-    copy_into(ex.down_proj, ckpt.read_rows(dn, first, n));
-    used->insert(gu);
-    used->insert(dn);
+    for (PackedExpert t : {PackedExpert::kGateUp, PackedExpert::kDown, PackedExpert::kGateUpBias, PackedExpert::kDownBias}) {
+      at::Tensor& dst = ex.packed(t);
+      if (!dst.defined()) continue;
+      const std::string key = names.packed(l, t);
+      std::vector<int64_t> whole = dst.sizes().vec();
+      whole[0] = E;
+      if (stored_mxfp4(ckpt, key)) {
+        at::Tensor v = read_mxfp4_experts(ckpt, key, out_major_shape(whole, ex.form.in_major), first, n,
+                                          dst.scalar_type());
+        copy_into(dst, ex.form.in_major ? v.transpose(1, 2) : v);
+        used->insert(mxfp4_blocks(key));
+        used->insert(mxfp4_scales(key));
+        continue;
+      }
+      check_shape(ckpt, key, whole);
+      copy_into(dst, ckpt.read_rows(key, first, n));
+      used->insert(key);
+    }
     return;
   }
+  GLINT_CHECK(!ex.form.in_major && !ex.form.interleaved && !ex.form.biases, ckpt.dir(), ": no key '", gu,
+              "': this family's experts are read packed only");
   for (int64_t i = 0; i < n; ++i) {
     int64_t e = first + i;
     std::string g = names.per_expert(l, e, ExpertProjection::kGate), u = names.per_expert(l, e, ExpertProjection::kUp),
@@ -159,6 +222,7 @@ const ExpertKeys& site_expert_keys(const ParameterSite& site) {
 // gate_up, down for down), in the packed tensor's row order.
 std::vector<std::string> per_expert_keys(const ParameterSite& site, int64_t e) {
   const ExpertKeys& names = site_expert_keys(site);
+  if (site.packed == PackedExpert::kGateUpBias || site.packed == PackedExpert::kDownBias) return {};  // packed only
   if (site.packed == PackedExpert::kGateUp)
     return {names.per_expert(site.layer, e, ExpertProjection::kGate), names.per_expert(site.layer, e, ExpertProjection::kUp)};
   return {names.per_expert(site.layer, e, ExpertProjection::kDown)};
@@ -239,6 +303,8 @@ void load_weights(CausalLMImpl& model, const CheckpointReader& ckpt, bool parame
       layer_keys.insert(whole_key(site));
       layer_keys.insert(fp8_scale_key(whole_key(site)));
       if (!site.expert) continue;
+      layer_keys.insert(mxfp4_blocks(whole_key(site)));
+      layer_keys.insert(mxfp4_scales(whole_key(site)));
       for (int64_t e = 0; e < model.config.num_experts; ++e)
         for (const std::string& key : per_expert_keys(site, e)) {
           layer_keys.insert(key);
@@ -259,7 +325,13 @@ void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {
   std::set<std::string> used;
   for (const ParameterSite& site : parameter_sites(model)) {
     const std::string key = whole_key(site);
-    if (!site.expert || ckpt.contains(key)) {
+    if (site.expert && stored_mxfp4(ckpt, key)) {
+      check_mxfp4_shape(ckpt, key, out_major_shape(site.tensor.sizes(), site.in_major));
+      used.insert(mxfp4_blocks(key));
+      used.insert(mxfp4_scales(key));
+      continue;
+    }
+    if (!site.expert || ckpt.contains(key) || per_expert_keys(site, 0).empty()) {
       check_shape(ckpt, key, site.tensor.sizes());
       used.insert(key);
       used.insert(fp8_scale_key(key));
@@ -288,6 +360,7 @@ void check_checkpoint(const CheckpointReader& ckpt, CausalLMImpl& model) {
 
 StoredForm stored_form(const CheckpointReader& ckpt, const ParameterSite& site) {
   std::string key = whole_key(site);
+  if (site.expert && stored_mxfp4(ckpt, key)) return {c10::kBFloat16, true};
   if (site.expert && !ckpt.contains(key)) key = per_expert_keys(site, 0).front();
   const TensorInfo& info = ckpt.info(key);  // throws naming the key when absent
   if (quantised_form(ckpt, key) != Quantised::kNo) return {c10::kBFloat16, true};
@@ -298,7 +371,14 @@ at::Tensor read_parameter_range(const CheckpointReader& ckpt, const ParameterSit
                                 at::IntArrayRef shape, int64_t start, int64_t count,
                                 c10::ScalarType dtype) {
   const std::string whole = whole_key(site);
-  bool per_expert = site.expert && !ckpt.contains(whole);
+  if (site.expert && stored_mxfp4(ckpt, whole)) {  // the experts the range covers, whole
+    const int64_t per = c10::multiply_integers(shape) / shape[0];
+    const int64_t e0 = start / per, e1 = count > 0 ? (start + count - 1) / per : e0;
+    at::Tensor v = read_mxfp4_experts(ckpt, whole, out_major_shape(shape, site.in_major), e0, e1 - e0 + 1, dtype);
+    if (site.in_major) v = v.transpose(1, 2);
+    return v.contiguous().reshape({-1}).narrow(0, start - e0 * per, count);
+  }
+  bool per_expert = site.expert && !ckpt.contains(whole) && !per_expert_keys(site, 0).empty();
   if (!per_expert) {
     check_shape(ckpt, whole, shape);
     return read_value_flat(ckpt, whole, start, count, dtype);
@@ -338,6 +418,8 @@ std::vector<HubTensor> hub_tensors(CausalLMImpl& model) {
     }
     // Per expert: written where gate_up_proj stands, each expert's gate, up and down.
     const ExpertsImpl& ex = *model.layer(site.layer)->moe->experts;
+    GLINT_ASSERT(!ex.form.in_major && !ex.form.biases && !ex.form.interleaved, "hub_tensors: ", site.name,
+                 ": experts of this form are saved packed only");
     if (site.packed != PackedExpert::kGateUp) continue;
     GLINT_ASSERT(ex.first_expert == 0 && ex.num_local() == model.config.num_experts, "hub_tensors: ", site.name,
                  " holds a slice of the experts");
@@ -345,7 +427,7 @@ std::vector<HubTensor> hub_tensors(CausalLMImpl& model) {
     for (const ParameterSite& s : sites)
       if (s.tensor.is_same(ex.down_proj)) down = &s;
     GLINT_ASSERT(down, "hub_tensors: no down_proj beside ", site.name);
-    const int64_t l = site.layer, I = ex.intermediate(), H = ex.gate_up_proj.size(2);
+    const int64_t l = site.layer, I = ex.intermediate(), H = ex.hidden();
     for (int64_t e = 0; e < ex.num_local(); ++e) {
       const std::vector<std::string> gate_up = per_expert_keys(site, e);
       out.push_back(HubTensor{gate_up[0], {I, H}, site.name, e * 2 * I * H, l, true, false});

@@ -104,8 +104,8 @@ void shard_experts(CausalLMImpl& model, std::shared_ptr<Comm> ep_comm) {
     ExpertsImpl& ex = *layer->moe->experts;
     GLINT_ASSERT(ex.num_local() == E && ex.first_expert == 0, "experts of layer ", l, " are sharded already");
     GLINT_ASSERT(!ex.gate_up_adapter && !ex.down_adapter, "shard experts before attaching LoRA");
-    keep(ex.gate_up_proj);
-    keep(ex.down_proj);
+    for (PackedExpert t : {PackedExpert::kGateUp, PackedExpert::kDown, PackedExpert::kGateUpBias, PackedExpert::kDownBias})
+      if (ex.packed(t).defined()) keep(ex.packed(t));
     ex.first_expert = first;
     layer->moe->dispatcher = std::make_shared<AllToAllTokenDispatcher>(ep_comm, E);
   }

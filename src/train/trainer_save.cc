@@ -22,7 +22,10 @@ void Trainer::save_full_model() {
   const bool lead = comm_->rank() == 0;
   if (FsdpRunner* f = fsdp_runner())
     for (int64_t u = 0; u < f->num_units(); ++u) f->gather(u);
-  std::vector<std::pair<ExpertsImpl*, std::pair<at::Tensor, at::Tensor>>> local;  // restored after
+  // Each packed expert tensor (weights and any biases), restored after.
+  const PackedExpert kPacked[] = {PackedExpert::kGateUp, PackedExpert::kDown, PackedExpert::kGateUpBias,
+                                  PackedExpert::kDownBias};
+  std::vector<std::pair<ExpertsImpl*, std::vector<at::Tensor>>> local;
   Comm* ep = ep_comm();
   if (ep && layout_->mesh->coordinate("ep_fsdp") == 0) {
     at::NoGradGuard no_grad;
@@ -30,11 +33,16 @@ void Trainer::save_full_model() {
       DecoderLayer layer = model_->layer(l);
       if (!layer->moe) continue;
       ExpertsImpl& ex = *layer->moe->experts;
-      at::Tensor gu = ep->gather(ex.gate_up_proj.detach(), 0), dn = ep->gather(ex.down_proj.detach(), 0);
+      std::vector<at::Tensor> whole, mine;
+      for (PackedExpert t : kPacked)
+        whole.push_back(ex.packed(t).defined() ? ep->gather(ex.packed(t).detach(), 0) : at::Tensor());
       if (!lead) continue;
-      local.push_back({&ex, {ex.gate_up_proj.detach().clone(), ex.down_proj.detach().clone()}});
-      ex.gate_up_proj.set_(gu);
-      ex.down_proj.set_(dn);
+      for (size_t i = 0; i < whole.size(); ++i) {
+        at::Tensor& p = ex.packed(kPacked[i]);
+        mine.push_back(p.defined() ? p.detach().clone() : at::Tensor());
+        if (p.defined()) p.set_(whole[i]);
+      }
+      local.push_back({&ex, std::move(mine)});
       ex.first_expert = 0;
     }
   }
@@ -46,10 +54,10 @@ void Trainer::save_full_model() {
   }
   {
     at::NoGradGuard no_grad;
-    for (auto& [ex, w] : local) {
-      ex->gate_up_proj.set_(w.first);
-      ex->down_proj.set_(w.second);
-      ex->first_expert = ep->rank() * w.first.size(0);
+    for (auto& [ex, mine] : local) {
+      for (size_t i = 0; i < mine.size(); ++i)
+        if (mine[i].defined()) ex->packed(kPacked[i]).set_(mine[i]);
+      ex->first_expert = ep->rank() * mine[0].size(0);
     }
   }
   if (FsdpRunner* f = fsdp_runner())

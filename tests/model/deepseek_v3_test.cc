@@ -49,15 +49,9 @@ json yarn() {
           {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 0.8}};
 }
 
-at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids) {
-  at::Tensor pos = at::arange(ids.size(1), at::kLong).repeat({ids.size(0), 1});
-  return m.logits(m.forward(ids, pos, at::zeros_like(ids)).hidden);
-}
+using testing::logits_of;
 
-struct Variant {
-  const char* name;
-  std::function<void(json&)> edit;
-};
+using Variant = testing::ConfigVariant;
 
 TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
   std::vector<Variant> variants = {

@@ -127,6 +127,9 @@ TEST(Family, PeftKeyNamesArePinnedPerFamily) {
        {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.experts.gate_up_proj",
         "mlp.experts.down_proj", "mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj",
         "mlp.shared_experts.down_proj"}},
+      {"gpt_oss",
+       {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.experts.gate_up_proj",
+        "mlp.experts.down_proj"}},
   };
   ASSERT_EQ(want.size(), model_families().size()) << "pin the PEFT names of every registered family";
   for (const ModelFamily* f : model_families()) {

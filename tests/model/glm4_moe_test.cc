@@ -44,14 +44,9 @@ json glm_json() {
           {"rms_norm_eps", 1e-5},         {"rope_theta", 500.0}};
 }
 
-at::Tensor logits_of(CausalLMImpl& m, const at::Tensor& ids) {
-  return testing::logits_of(m, ids, testing::positions(ids), at::zeros_like(ids));
-}
+using testing::logits_of;
 
-struct Variant {
-  const char* name;
-  std::function<void(json&)> edit;
-};
+using Variant = testing::ConfigVariant;
 
 TEST(Glm4Moe, LogitsAndStepOneLossMatchTheNaiveReferenceInEveryVariant) {
   std::vector<Variant> variants = {

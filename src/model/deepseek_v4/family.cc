@@ -226,7 +226,7 @@ class DeepseekV4Family : public ModelFamily {
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
     LayerParts parts;
     parts.attention = DeepseekV4Attention(c, layer, p).ptr();
-    parts.mlp = MoeBlock(c, p, /*hash_routing=*/c.mlp_layer_types.at(layer) == kHashMoe).ptr();
+    parts.mlp = MoeBlock(c, p, MoeForm{/*hash_routing=*/c.mlp_layer_types.at(layer) == kHashMoe}).ptr();
     return parts;
   }
 
