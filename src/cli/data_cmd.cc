@@ -13,13 +13,14 @@
 #include "data/lengths.h"
 #include "data/text_dataset.h"
 #include "data/tokenized_jsonl.h"
+#include "generate/generation_defaults.h"
 
 namespace glint::cli {
 
 namespace {
 
 struct PreviewOptions {
-  std::string model_dir, tokenizer, data, enable_thinking;
+  std::string model_dir, tokenizer, data, enable_thinking, chat_date;
   int64_t count = 1, seq_len = 0, max_bad_lines = 0;
 };
 
@@ -33,6 +34,9 @@ int run_preview(const PreviewOptions& p) {
   o.seq_len = 0;  // whole: the length is chosen below, as glint train chooses it
   o.max_bad_lines = p.max_bad_lines;
   o.set_enable_thinking(p.enable_thinking);
+  o.set_chat_date(p.chat_date);
+  // As glint train: an assistant turn trains the stop token that follows it.
+  if (!pretokenized) o.chat.stop_ids = model_stop_token_ids(p.model_dir, p.tokenizer, &text.tokenizer);
   TextDataStats st;
   std::vector<Sample> samples;
   if (pretokenized) {
@@ -92,6 +96,7 @@ Action add_data(CLI::App& app) {
               "the model's max_position_embeddings)")->capture_default_str();
   preview->add_option("--max-bad-lines", p->max_bad_lines, "skip and count up to N malformed data lines")->capture_default_str();
   preview->add_option("--enable-thinking", p->enable_thinking, "chat template variable: true or false");
+  preview->add_option("--chat-date", p->chat_date, "YYYY-MM-DD: the date chat templates render (default: today)");
   return [p]() {
     GLINT_CHECK(!p->model_dir.empty() || !p->tokenizer.empty(), "data preview: --model or --tokenizer is required");
     return run_preview(*p);

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -30,6 +31,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
       ->capture_default_str();
   cmd->add_option("--enable-thinking", o->data.enable_thinking,
                   "chat template variable enable_thinking: true or false (default: the template's)");
+  cmd->add_option("--chat-date", o->data.chat_date,
+                  "YYYY-MM-DD: the date chat templates render (strftime_now, e.g. gpt-oss's \"Current date\"); "
+                  "default: the day the run starts, recorded in OUT/config.toml so that --resume renders the same");
   cmd->add_option("--output", o->run.output,
                   "run directory (default: a new one under runs/); an existing non-empty one is refused");
   cmd->add_option("--steps", o->optim.steps,
@@ -163,6 +167,16 @@ std::string later_checkpoints_problem(const CheckpointDir& ckpt) {
   return "";
 }
 
+// Today in the local time zone, YYYY-MM-DD (the zone strftime_now() renders in).
+std::string local_date_today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm t{};
+  localtime_r(&now, &t);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &t);
+  return buf;
+}
+
 }  // namespace
 
 std::vector<std::string> with_resumed_config(const std::vector<std::string>& args) {
@@ -232,6 +246,9 @@ Action add_train(CLI::App& app) {
       preset("--steps", &opts->optim.steps, int64_t(0));
       if (cmd->count("--epochs") == 0) preset("--epochs", &opts->optim.epochs, 3.0);
     }
+    // Text data renders strftime_now() at one date, recorded: a resumed or repeated run
+    // tokenizes its data as this one did.
+    if (!builtin) preset("--chat-date", &opts->data.chat_date, local_date_today());
     opts->validate();  // flags first: nothing is read before they make sense
     const World world = World::from_env();
     if (world.world_size % opts->parallel.ep != 0) {
@@ -268,6 +285,7 @@ Action add_train(CLI::App& app) {
     }
     opts->run.output = comm->broadcast_text(opts->run.output, 0);
     problem = comm->broadcast_text(problem, 0);
+    opts->data.chat_date = comm->broadcast_text(opts->data.chat_date, 0);  // one day for every rank, even at midnight
     GLINT_USAGE_CHECK(problem.empty(), problem);
     if (lead) std::cerr << "glint train: " << (opts->model.dir.empty() ? "built-in tiny Qwen3-MoE" : opts->model.dir)
               << ", "

@@ -86,8 +86,8 @@ void check_messages(const Json& messages) {
     GLINT_CHECK(m.is_object(), "message ", i, " is not an object");
     GLINT_CHECK(m.contains("role") && m["role"].is_string(), "message ", i, " has no string \"role\"");
     std::string role = m["role"].get<std::string>();
-    GLINT_CHECK(role == "system" || role == "user" || role == "assistant" || role == "tool", "message ", i,
-                " has unknown role '", role, "' (expected system, user, assistant or tool)");
+    GLINT_CHECK(role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool",
+                "message ", i, " has unknown role '", role, "' (expected system, developer, user, assistant or tool)");
     if (role != "assistant") continue;
     any_assistant = true;
     bool has_content = m.contains("content") && m["content"].is_string() && !m["content"].get<std::string>().empty();
@@ -138,7 +138,8 @@ Json message(const char* role, const std::string& content) {
 const std::pair<const char*, const char*> kShareGptRoles[] = {
     {"human", "user"},         {"user", "user"},          {"gpt", "assistant"},
     {"assistant", "assistant"}, {"model", "assistant"},     {"system", "system"},
-    {"tool", "tool"},          {"observation", "tool"},    {"function_response", "tool"},
+    {"developer", "developer"}, {"tool", "tool"},           {"observation", "tool"},
+    {"function_response", "tool"},
 };
 
 // A function_call turn's value, a JSON string {"name": ..., "arguments": ...} (or a list
@@ -255,21 +256,72 @@ ChatLine alpaca_to_chat(const Json& line) {
 }
 
 std::vector<Sample> tokenize_chat(const Json& messages, const Json& tools, const Tokenizer& tok,
-                                  const ChatTemplate& tmpl, const ChatRenderOptions& options) {
+                                  const ChatTemplate& tmpl, const ChatDataOptions& options) {
   check_messages(messages);
-  ChatRenderOptions opt = options;
+  ChatRenderOptions opt = options.render;
   opt.tools = tools;
   if (!opt.now) opt.now = static_cast<int64_t>(std::time(nullptr));  // one date for every render below
-  auto render = [&](size_t n, bool generation_prompt) {
-    Json head = Json::array();
-    for (size_t i = 0; i < n; ++i) head.push_back(messages[i]);
+  auto render_list = [&](const Json& list, bool generation_prompt) {
     opt.add_generation_prompt = generation_prompt;
-    return tmpl.render(head, opt);
+    return tmpl.render(list, opt);
   };
+  auto head = [&](size_t n) {
+    Json h = Json::array();
+    for (size_t i = 0; i < n; ++i) h.push_back(messages[i]);
+    return h;
+  };
+  auto render = [&](size_t n, bool generation_prompt) { return render_list(head(n), generation_prompt); };
   const std::string whole = render(messages.size(), false);
+  // The stop token's text the template renders right after assistant message i, whose
+  // render through it is `upto`; "" when what follows does not open with a stop token.
+  // What follows is the next message's opening, or after the last message that of a user
+  // message (a probe: a template that refuses it leaves the turn without a stop token).
+  auto stop_after = [&](size_t i, const std::string& upto) -> std::string {
+    if (options.stop_ids.empty()) return "";
+    std::string after;
+    if (starts_with(whole, upto) && whole.size() > upto.size()) {
+      after = whole.substr(upto.size());
+    } else {
+      Json next = head(i + 1);
+      next.push_back(i + 1 < messages.size() ? messages[i + 1] : message("user", "?"));
+      std::string r;
+      if (i + 1 < messages.size()) {
+        r = render_list(next, false);
+      } else {
+        try {
+          r = render_list(next, false);
+        } catch (const Error&) {
+          return "";
+        }
+      }
+      // Where the turn ends in r: right after upto when r continues it, else after the
+      // longest tail of upto found in r (the template rewrites the turn once a message
+      // follows, as GLM drops its reasoning before a user message), a tail of at least
+      // kMinTail bytes: a shorter one (an end token the template changes, as gpt-oss's
+      // <|return|> becomes <|end|>) says nothing about where the turn ends.
+      constexpr size_t kMinTail = 8;
+      size_t end = starts_with(r, upto) ? upto.size() : turn_start(upto, r, std::min(kMinTail, upto.size()));
+      if (end == std::string::npos) return "";
+      after = r.substr(end);
+    }
+    std::string best;
+    for (int64_t id : options.stop_ids) {
+      if (id < 0 || id >= tok.vocab_size()) continue;
+      const std::string& text = tok.token_bytes(int32_t(id));
+      // The token's own text, tokenized alone, is that token (an added token is).
+      if (text.size() > best.size() && starts_with(after, text) &&
+          tok.encode(text, false) == std::vector<int32_t>{int32_t(id)})
+        best = text;
+    }
+    return best;
+  };
   struct Turn {
     std::string text;     // the render before the turn (with generation prompt), then the turn
     size_t begin;         // where the turn starts in text
+    std::string stop;     // the stop token rendered right after the turn, trained with it ("": none)
+    // Where the trained span ends in text + stop: through the stop token (and whatever
+    // whitespace comes before it), else the turn without its trailing whitespace.
+    size_t end() const { return stop.empty() ? trim_end(text, begin, text.size()) : text.size() + stop.size(); }
   };
   std::vector<Turn> turns;
   bool consistent = true;
@@ -286,16 +338,21 @@ std::vector<Sample> tokenize_chat(const Json& messages, const Json& tools, const
       consistent = false;
     }
     consistent = consistent && starts_with(whole, upto);
-    turns.push_back({prompt + upto.substr(start), prompt.size()});
+    turns.push_back({prompt + upto.substr(start), prompt.size(), stop_after(i, upto)});
   }
   std::vector<Sample> out;
   if (consistent) {
+    // Each turn's text is a prefix of the whole render, which holds the stop token after
+    // every turn but one that ends it: that one is added.
+    std::string text = whole;
     std::vector<std::pair<size_t, size_t>> spans;
-    for (const Turn& t : turns) spans.emplace_back(t.begin, trim_end(t.text, t.begin, t.text.size()));
-    out.push_back(label_spans(whole, spans, tok, false));
+    for (const Turn& t : turns) {
+      if (!t.stop.empty() && t.text.size() == whole.size()) text += t.stop;
+      spans.emplace_back(t.begin, t.end());
+    }
+    out.push_back(label_spans(text, spans, tok, false));
   } else {
-    for (const Turn& t : turns)
-      out.push_back(label_spans(t.text, {{t.begin, trim_end(t.text, t.begin, t.text.size())}}, tok, false));
+    for (const Turn& t : turns) out.push_back(label_spans(t.text + t.stop, {{t.begin, t.end()}}, tok, false));
   }
   return out;
 }
@@ -315,7 +372,37 @@ Sample tokenize_prompt_completion(const std::string& prompt, const std::string& 
 void TextDataOptions::set_enable_thinking(const std::string& value) {
   if (value.empty()) return;
   GLINT_CHECK(value == "true" || value == "false", "--enable-thinking must be true or false, got '", value, "'");
-  render.extra["enable_thinking"] = value == "true";
+  chat.render.extra["enable_thinking"] = value == "true";
+}
+
+void TextDataOptions::set_chat_date(const std::string& date) {
+  if (date.empty()) return;
+  chat.render.now = chat_date_clock(date);
+}
+
+int64_t chat_date_clock(const std::string& date) {
+  auto digits = [&](size_t at, size_t n) {
+    int v = 0;
+    for (size_t k = at; k < at + n; ++k) {
+      if (date[k] < '0' || date[k] > '9') return -1;
+      v = v * 10 + (date[k] - '0');
+    }
+    return v;
+  };
+  const bool form = date.size() == 10 && date[4] == '-' && date[7] == '-';
+  const int year = form ? digits(0, 4) : -1, month = form ? digits(5, 2) : -1, day = form ? digits(8, 2) : -1;
+  std::tm t{};
+  t.tm_year = year - 1900;
+  t.tm_mon = month - 1;
+  t.tm_mday = day;
+  t.tm_hour = 12;  // noon: the same day in every format, whatever daylight saving does
+  t.tm_isdst = -1;
+  const bool parsed = year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= 31;
+  const std::time_t clock = parsed ? std::mktime(&t) : std::time_t(-1);
+  // mktime carries a day past the month's end into the next month (2025-02-30 -> March 2).
+  GLINT_USAGE_CHECK(clock != std::time_t(-1) && t.tm_year == year - 1900 && t.tm_mon == month - 1 && t.tm_mday == day,
+                    "--chat-date must be a day written YYYY-MM-DD (e.g. 2025-06-15), got '", date, "'");
+  return static_cast<int64_t>(clock);
 }
 
 TextTokenizer TextTokenizer::load(const std::string& dir) {
@@ -372,7 +459,7 @@ void check_jsonl(const std::string& path, const std::vector<std::pair<int64_t, s
 }  // namespace
 
 std::vector<Sample> tokenize_text_line(const Json& j, const Tokenizer& tok, const ChatTemplate* tmpl, int32_t eos_id,
-                                       const ChatRenderOptions& options) {
+                                       const ChatDataOptions& options) {
   GLINT_CHECK(j.is_object(), "not a JSON object");
   auto chat = [&](const ChatLine& c) { return tokenize_chat(c.messages, c.tools, tok, *tmpl, options); };
   const char* needs_template = kNeedsTemplate;
@@ -442,7 +529,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
         } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e400
           fail("invalid JSON: ", e.what());
         }
-        done[i] = tokenize_text_line(j, tok, tmpl, eos_id, o.render);
+        done[i] = tokenize_text_line(j, tok, tmpl, eos_id, o.chat);
       } catch (const Error& e) {
         errors[i] = e.what();
       } catch (...) {

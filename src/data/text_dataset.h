@@ -11,7 +11,8 @@
 //   {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}],
 //    "system": "...", "tools": ...}       ShareGPT: read as the chat above. from human/user
 //                                          -> user, gpt/assistant/model -> assistant,
-//                                          system -> system, tool/observation/
+//                                          system -> system, developer -> developer,
+//                                          tool/observation/
 //                                          function_response -> tool; function_call ->
 //                                          an assistant turn with tool_calls (its value a
 //                                          JSON string {"name", "arguments"}). Turns may
@@ -43,7 +44,15 @@
 // keeps a tool call's analysis in the prompt of the answer that follows, and drops it once
 // the answer is there), the turn is the part of that render after the longest tail of the
 // prompt found in it (a tail holding at least the generation prompt). strftime_now() reads
-// one clock value for all renders of a conversation.
+// one clock value for all renders of a conversation (a fixed one with --chat-date).
+//
+// The model's stop tokens (ChatDataOptions::stop_ids): a template whose assistant turn
+// has no end token of its own (GLM's) lets the model stop by writing the role token that
+// opens the next message. When the template renders one of the stop tokens right after a
+// turn, the turn's span takes it: the opening of the message that follows the turn, or,
+// after the conversation's last assistant turn, of a user message that would follow it.
+// A turn that already ends with its own end token (ChatML's <|im_end|>) is followed by
+// text that is no stop token, and keeps its span.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -73,18 +82,36 @@ struct TextTokenizer {
   static TextTokenizer load(const std::string& dir);
 };
 
+// How a chat becomes samples.
+struct ChatDataOptions {
+  ChatRenderOptions render;       // chat rendering: extra variables such as enable_thinking,
+                                  // the clock of strftime_now()
+  std::vector<int64_t> stop_ids;  // the model's stop tokens (model_stop_token_ids): an
+                                  // assistant turn's span takes the one rendered right after
+                                  // it (see the file comment); empty: none
+};
+
 struct TextDataOptions {
   int64_t seq_len = 0;        // samples longer than this are cut (see data/lengths.h;
                               // 0: no cut)
   int64_t max_bad_lines = 0;  // malformed lines skipped and counted; the next one stops
                               // the run with file:line and the reason
-  ChatRenderOptions render;   // chat rendering: extra variables such as enable_thinking
+  ChatDataOptions chat;       // chat rendering and the model's stop tokens
   int threads = 0;            // tokenization threads (0: all cores)
 
   // --enable-thinking: "true" or "false" sets the template variable, "" leaves it unset
   // (the template's default). Anything else throws glint::Error naming the value.
   void set_enable_thinking(const std::string& value);
+  // --chat-date: "YYYY-MM-DD" fixes the date strftime_now() shows (chat_date_clock); ""
+  // leaves the system clock. A bad date throws glint::UsageError naming the flag.
+  void set_chat_date(const std::string& date);
 };
+
+// --chat-date "YYYY-MM-DD" as the clock of ChatRenderOptions::now: noon of that day in the
+// local time zone (the zone strftime_now() formats in), so that every format of it shows
+// that day. Throws glint::UsageError naming --chat-date and the value for anything else
+// (another form, a day that does not exist such as 2025-02-30).
+int64_t chat_date_clock(const std::string& date);
 
 struct TextDataStats {
   int64_t lines = 0;       // non-blank lines
@@ -96,13 +123,15 @@ struct TextDataStats {
   LengthReport lengths;    // the cut (seq_len > 0), else the samples and the longest
 };
 
-// One conversation -> one or more samples (see the file comment). Throws glint::Error
-// for a message list that is empty or not a list, a message without a string role, an
-// unknown role (system, user, assistant, tool are known), an assistant turn with neither
-// content nor tool calls, a conversation without an assistant turn, or a template error.
+// One conversation -> one or more samples (see the file comment). Roles: system,
+// developer (gpt-oss's harmony; rendered as the template renders it, like system never
+// trained), user, assistant, tool. Throws glint::Error for a message list that is empty or
+// not a list, a message without a string role, an unknown role (naming it and the known
+// ones), an assistant turn with neither content nor tool calls, a conversation without an
+// assistant turn, or a template error.
 std::vector<Sample> tokenize_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                   const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                  const ChatRenderOptions& options);
+                                  const ChatDataOptions& options);
 
 // A chat line of another format as OpenAI messages and tools (null: none), ready for
 // tokenize_chat.
@@ -133,7 +162,7 @@ ChatLine alpaca_to_chat(const nlohmann::ordered_json& line);
 // (the caller adds file:line), e.g. for a line of no known form, listing them.
 std::vector<Sample> tokenize_text_line(const nlohmann::ordered_json& line, const Tokenizer& tokenizer,
                                        const ChatTemplate* chat_template, int32_t eos_id,
-                                       const ChatRenderOptions& options);
+                                       const ChatDataOptions& options);
 
 // prompt + completion -> one sample with the completion (and EOS when eos_id >= 0) trained.
 Sample tokenize_prompt_completion(const std::string& prompt, const std::string& completion,

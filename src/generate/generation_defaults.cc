@@ -73,10 +73,10 @@ std::vector<int64_t> model_stop_token_ids(const std::string& model_dir, const st
                                           const Tokenizer* tokenizer) {
   std::vector<int64_t> ids;
   const std::string gen_path = model_dir + "/generation_config.json";
-  json gen = read_object_if_there(gen_path);
+  json gen = model_dir.empty() ? json() : read_object_if_there(gen_path);
   if (!gen.is_null()) ids = eos_ids_of(gen, gen_path);
   const std::string cfg_path = model_dir + "/config.json";
-  if (ids.empty() && path_exists(cfg_path)) {
+  if (ids.empty() && !model_dir.empty() && path_exists(cfg_path)) {
     for (int64_t id : ModelConfig::from_file(cfg_path).eos_token_id) {
       GLINT_CHECK(id >= 0, cfg_path, ": eos_token_id must be a token id (an integer >= 0) or a list of them, found ",
                   id);

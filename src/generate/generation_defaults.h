@@ -32,8 +32,9 @@ struct GenerationDefaults {
 //   - when `tokenizer_dir` ("" : model_dir) holds a tokenizer.json, the id of the eos_token
 //     its tokenizer_config.json names (left out when the tokenizer has no such token).
 // `tokenizer`, when given, is tokenizer_dir's already loaded (else it is loaded here if
-// needed). Throws glint::Error naming the file and field for an eos_token_id that is not
-// a token id (an integer >= 0) or a list of them.
+// needed). A model_dir of "" (a model built from a config) gives the tokenizer's EOS
+// alone. Throws glint::Error naming the file and field for an eos_token_id that is not a
+// token id (an integer >= 0) or a list of them.
 std::vector<int64_t> model_stop_token_ids(const std::string& model_dir, const std::string& tokenizer_dir = "",
                                           const Tokenizer* tokenizer = nullptr);
 

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "data/text_dataset.h"
 #include "train/memory_estimate.h"
 
 namespace glint {
@@ -33,6 +34,7 @@ void TrainOptions::validate() const {
   GLINT_USAGE_CHECK(model.threads >= 0, "--threads must be >= 0, got ", model.threads);
   GLINT_USAGE_CHECK(run.log_every > 0, "--log-every must be positive, got ", run.log_every);
   GLINT_USAGE_CHECK(data.max_bad_lines >= 0, "--max-bad-lines must be >= 0, got ", data.max_bad_lines);
+  if (!data.chat_date.empty()) chat_date_clock(data.chat_date);  // throws naming --chat-date
   GLINT_USAGE_CHECK(tenants.empty() || !full, "--tenant trains LoRA adapters; it does not go with --full");
   GLINT_USAGE_CHECK(service.slots == 0 || (tenants.empty() && data.path.empty() && !full && run.resume.empty()),
                     "service mode trains the tenants it is sent: no --data, --tenant, --full or --resume");

@@ -57,6 +57,9 @@ struct DataOptions {
   std::string tokenizer;         // tokenizer directory for text data; "" = the model's
   int64_t max_bad_lines = 0;     // malformed data lines to skip (counted) before failing
   std::string enable_thinking;   // chat template variable: "true", "false" or "" (unset)
+  std::string chat_date;         // "YYYY-MM-DD": the date chat templates' strftime_now()
+                                 // shows; "" = the clock (glint train records the day it
+                                 // starts on, so that a resumed run renders the same)
   int64_t seq_len = 0;           // longest row in tokens; longer samples are cut (and
                                  // reported); 0 = the longest sample rounded up to 8,
                                  // capped by max_position_embeddings

@@ -13,6 +13,7 @@
 #include "data/tokenized_jsonl.h"
 #include "dist/comm.h"
 #include "dist/world.h"
+#include "generate/generation_defaults.h"
 #include "parallel/fsdp.h"
 #include "train/memory_estimate.h"
 #include "train/trainer.h"
@@ -49,6 +50,9 @@ std::vector<Sample> Trainer::read_data(const std::string& path, int64_t vocab, i
   o.seq_len = 0;  // whole: the length is chosen from every file, then cut
   o.max_bad_lines = opt_.data.max_bad_lines;
   o.set_enable_thinking(opt_.data.enable_thinking);
+  o.set_chat_date(opt_.data.chat_date);
+  // The tokens `glint generate` stops at: an assistant turn trains the one that follows it.
+  o.chat.stop_ids = model_stop_token_ids(opt_.model.dir, dir, &text.tokenizer);
   TextDataStats st;
   std::vector<Sample> samples =
       read_text_jsonl(path, text.tokenizer, text.chat ? &*text.chat : nullptr, text.eos_id, o, &st);

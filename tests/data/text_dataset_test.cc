@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -76,6 +78,14 @@ TEST(TextData, ChatTrainsOnlyAssistantTurnsAndTheirEndToken) {
                   "\n<|im_start|>user\ncat<|im_end|>\n<|im_start|>assistant\n\n");
   for (size_t i = 0; i < s.labels.size(); ++i)
     if (s.labels[i] != kIgnoreIndex) EXPECT_EQ(s.labels[i], s.input_ids[i]);
+  // The model's stop token (Qwen's <|im_end|>) changes nothing: it already ends each turn,
+  // and what follows it is no stop token.
+  ChatDataOptions stops;
+  stops.stop_ids = {t.tokenizer.token_to_id("<|im_end|>")};
+  auto same = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stops);
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].input_ids, s.input_ids);
+  EXPECT_EQ(same[0].labels, s.labels);
 }
 
 TEST(TextData, TemplateThatRewritesHistoryGivesOneSamplePerTurn) {
@@ -92,6 +102,15 @@ TEST(TextData, TemplateThatRewritesHistoryGivesOneSamplePerTurn) {
   EXPECT_EQ(trained1, "hello<|im_end|>");
   EXPECT_EQ(rest1, "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nw<|im_end|>\n"
                    "<|im_start|>user\ncat<|im_end|>\n<|im_start|>assistant\n\n");
+  // With the model's stop token, the same samples.
+  ChatDataOptions stops;
+  stops.stop_ids = {t.tokenizer.token_to_id("<|im_end|>")};
+  auto same = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stops);
+  ASSERT_EQ(same.size(), samples.size());
+  for (size_t k = 0; k < same.size(); ++k) {
+    EXPECT_EQ(same[k].input_ids, samples[k].input_ids);
+    EXPECT_EQ(same[k].labels, samples[k].labels);
+  }
 }
 
 TEST(TextData, PromptCompletionTrainsTheCompletionAndEos) {
@@ -138,7 +157,7 @@ TEST(TextData, BadLinesNameFileLineAndReason) {
   std::vector<Case> cases = {
       {"{\"text\": \"caf\xC3\"}", "data.jsonl:2:"},  // invalid UTF-8
       {R"({"messages":[{"role":"wizard","content":"hi"},{"role":"assistant","content":"x"}]})",
-       "unknown role 'wizard'"},
+       "message 0 has unknown role 'wizard' (expected system, developer, user, assistant or tool)"},
       {R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":""}]})",
        "message 1 is an empty assistant turn"},
       {R"({"messages":[{"role":"user","content":"hi"}]})", "no assistant turn"},
@@ -220,9 +239,32 @@ TEST(TextData, TrainOnAChatFileEndToEnd) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("8 samples from 8 lines"), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::exists(dir + "/out/adapter/adapter_model.safetensors"));
+  // The run records the day its chat templates rendered (today), so that --resume and
+  // --config render as it did.
+  const std::string config = read_file(dir + "/out/config.toml");
+  const size_t at = config.find("\nchat-date=\"");
+  ASSERT_NE(at, std::string::npos) << config;
+  const std::string recorded = config.substr(at + 12, 10);
+  EXPECT_EQ(config.substr(at + 22, 2), "\"\n") << config;
+  EXPECT_NO_THROW(chat_date_clock(recorded)) << recorded;
   out = run_command(std::string(GLINT_BINARY) + " data preview --model " + dir + "/model --data " + data, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("<|im_start|>assistant\n⟦world cat<|im_end|>⟧"), std::string::npos) << out;
+  // A date that is not a day is refused before anything loads, from the command line or a
+  // config file, naming the flag.
+  out = run_command(std::string(GLINT_BINARY) + " train --model " + dir + "/model --data " + data +
+                        " --chat-date 2025-02-30 --output " + dir + "/bad",
+                    &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--chat-date must be a day written YYYY-MM-DD (e.g. 2025-06-15), got '2025-02-30'"),
+            std::string::npos) << out;
+  std::ofstream(dir + "/run.toml") << "chat_date = \"15/06/2025\"\n";
+  out = run_command(std::string(GLINT_BINARY) + " train --config " + dir + "/run.toml --model " + dir +
+                        "/model --data " + data + " --output " + dir + "/bad",
+                    &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--chat-date must be a day written YYYY-MM-DD"), std::string::npos) << out;
+  EXPECT_NE(out.find("'15/06/2025'"), std::string::npos) << out;
 }
 
 // The samples of a one-line data file holding `json` (written on one line).
@@ -256,13 +298,14 @@ TEST(TextData, ShareGptLineEqualsItsMessagesLine) {
                           {"role":"assistant","content":"world"}]})");
   // Every accepted "from" value; an empty top-level system adds no message.
   expect_same_samples(dir, t,
-                      R"({"system":"","conversations":[{"from":"system","value":"s"},{"from":"user","value":"a"},
+                      R"({"system":"","conversations":[{"from":"system","value":"s"},{"from":"developer","value":"v"},
+                          {"from":"user","value":"a"},
                           {"from":"model","value":"b"},{"from":"observation","value":"c"},
                           {"from":"assistant","value":"d"},{"from":"tool","value":"e"},
                           {"from":"function_response","value":"f"},{"from":"human","value":"g"},
                           {"from":"gpt","value":"h"}]})",
-                      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},
-                          {"role":"assistant","content":"b"},{"role":"tool","content":"c"},
+                      R"({"messages":[{"role":"system","content":"s"},{"role":"developer","content":"v"},
+                          {"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"tool","content":"c"},
                           {"role":"assistant","content":"d"},{"role":"tool","content":"e"},
                           {"role":"tool","content":"f"},{"role":"user","content":"g"},
                           {"role":"assistant","content":"h"}]})");
@@ -347,8 +390,8 @@ TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
   };
   std::vector<Case> cases = {
       {R"({"conversations":[{"from":"human","value":"hi"},{"from":"bot","value":"x"}]})",
-       "conversations[1] has unknown \"from\" 'bot' (expected human, user, gpt, assistant, model, system, tool, "
-       "observation, function_response, or function_call)"},
+       "conversations[1] has unknown \"from\" 'bot' (expected human, user, gpt, assistant, model, system, "
+       "developer, tool, observation, function_response, or function_call)"},
       {R"({"conversations":[{"role":"wizard","content":"hi"},{"role":"gpt","content":"x"}]})",
        "conversations[0] has unknown \"role\" 'wizard'"},
       {R"({"conversations":[{"from":"human","value":1},{"from":"gpt","value":"x"}]})",
@@ -404,9 +447,9 @@ TEST(TextData, ShareGptAndAlpacaErrorsNameLineAndTurnOrKey) {
 
 const std::string kPublishedTemplates = std::string(GLINT_TEST_DATA_DIR) + "/../reference/template_fixtures/published";
 
-// A tokenizer directory with the published template `file` as its chat_template.jinja and
-// `specials` added to the fixture tokenizer as special tokens.
-std::string published_tokenizer_dir(const std::string& file, const std::vector<std::string>& specials) {
+// A tokenizer directory with `chat_template` as its chat_template.jinja and `specials`
+// added to the fixture tokenizer as special tokens.
+std::string special_tokenizer_dir(const std::string& chat_template, const std::vector<std::string>& specials) {
   std::string d = testing::fresh_temp_dir("text_published");
   Json tok = Json::parse(read_file(kTokenizerJson));
   int next_id = 0;
@@ -415,9 +458,27 @@ std::string published_tokenizer_dir(const std::string& file, const std::vector<s
     tok["added_tokens"].push_back({{"id", next_id++}, {"content", s}, {"single_word", false}, {"lstrip", false},
                                    {"rstrip", false}, {"normalized", false}, {"special", true}});
   std::ofstream(d + "/tokenizer.json") << tok.dump(1);
-  std::filesystem::copy_file(kPublishedTemplates + "/" + file, d + "/chat_template.jinja");
+  std::ofstream(d + "/chat_template.jinja", std::ios::binary) << chat_template;
   std::ofstream(d + "/tokenizer_config.json") << Json::object().dump();
   return d;
+}
+
+// The same with the published template `file`.
+std::string published_tokenizer_dir(const std::string& file, const std::vector<std::string>& specials) {
+  return special_tokenizer_dir(read_file(kPublishedTemplates + "/" + file), specials);
+}
+
+const std::vector<std::string> kGptOssSpecials = {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>",
+                                                  "<|return|>"};
+
+// The model's stop tokens named by their text in t's tokenizer.
+ChatDataOptions stopping_at(const TextTokenizer& t, const std::vector<std::string>& tokens) {
+  ChatDataOptions o;
+  for (const std::string& s : tokens) {
+    o.stop_ids.push_back(t.tokenizer.token_to_id(s));
+    EXPECT_GE(o.stop_ids.back(), 0) << s;
+  }
+  return o;
 }
 
 // gpt-oss (harmony): each assistant turn is trained with its analysis channel, its final
@@ -426,15 +487,16 @@ std::string published_tokenizer_dir(const std::string& file, const std::vector<s
 // analysis is dropped, and so is a tool call's once a final answer follows it), so each
 // turn is its own sample: the prompt the model writes it from, then the turn.
 TEST(TextData, GptOssTrainsEachTurnWithItsAnalysisAfterThePromptItIsWrittenFrom) {
-  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir(
-      "gpt-oss.jinja", {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|return|>"}));
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir("gpt-oss.jinja", kGptOssSpecials));
   Json messages = Json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},
       {"role":"assistant","content":"","thinking":"Need the weather tool.","tool_calls":[{"type":"function",
         "function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
       {"role":"tool","content":"sunny"},{"role":"assistant","content":"Sunny in Paris.","thinking":"It is sunny."},
       {"role":"user","content":"Thanks!"},{"role":"assistant","content":"You're welcome.","thinking":"Be polite."}])");
-  ChatRenderOptions o;
-  o.now = 1749988800;  // strftime_now: 2025-06-15 (12:00 UTC)
+  // gpt-oss's stop tokens (generation_config.json: <|return|>, <|call|>) end the turns
+  // themselves: nothing after a turn is trained.
+  ChatDataOptions o = stopping_at(t, {"<|return|>", "<|call|>"});
+  o.render.now = 1749988800;  // strftime_now: 2025-06-15 (12:00 UTC)
   auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, o);
   ASSERT_EQ(samples.size(), 3u);
   const std::string head =
@@ -469,34 +531,150 @@ TEST(TextData, GptOssTrainsEachTurnWithItsAnalysisAfterThePromptItIsWrittenFrom)
 // GLM-4.5: a turn is "\n<think>reasoning</think>\n" and its content or tool call after the
 // <|assistant|> generation prompt. The template keeps reasoning only after the last user
 // message, so each turn is its own sample. GLM has no end-of-turn token: the model stops
-// by writing the next role token (<|user|>, <|observation|>), which belongs to the next
-// message's render and so is not trained.
-TEST(TextData, Glm45TrainsEachTurnWithItsReasoningButNoStopToken) {
-  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir(
-      "glm-4.5.jinja", {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>",
-                        "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                        "</arg_value>", "<tool_response>", "</tool_response>"}));
+// by writing the role token that opens the next message (<|user|>, <|observation|>), which
+// the release lists among its stop tokens (generation_config.json's eos_token_id). Each
+// turn trains the one rendered after it; the last turn the <|user|> a next user message
+// opens with.
+const std::vector<std::string> kGlmSpecials = {
+    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>",
+    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<tool_response>",
+    "</tool_response>"};
+
+TEST(TextData, Glm45TrainsEachTurnWithItsReasoningAndTheRoleTokenThatStopsIt) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir("glm-4.5.jinja", kGlmSpecials));
   Json messages = Json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},
       {"role":"assistant","content":"","reasoning_content":"Need the tool.","tool_calls":[{"type":"function",
         "function":{"name":"get_weather","arguments":{"city":"Paris","days":2}}}]},
       {"role":"tool","content":"sunny"},{"role":"assistant","content":"Sunny.","reasoning_content":"It is sunny."},
       {"role":"user","content":"Thanks!"},{"role":"assistant","content":"You're welcome.","reasoning_content":"Be polite."}])");
-  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, {});
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stopping_at(t, {"<|user|>", "<|observation|>"}));
   ASSERT_EQ(samples.size(), 3u);
   const std::string head = "[gMASK]<sop><|system|>\nBe brief.<|user|>Weather in Paris?<|assistant|>";
   const std::string call = "\n<tool_call>get_weather<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>"
                            "<arg_key>days</arg_key>\n<arg_value>2</arg_value></tool_call>";
   const std::string result = "<|observation|>\n<tool_response>\nsunny\n</tool_response><|assistant|>";
+  // The tool call stops at the <|observation|> its result opens with.
   auto [trained0, rest0] = split_by_label(samples[0], t.tokenizer);
-  EXPECT_EQ(trained0, "\n<think>Need the tool.</think>" + call);
+  EXPECT_EQ(trained0, "\n<think>Need the tool.</think>" + call + "<|observation|>");
   EXPECT_EQ(rest0, head);
+  EXPECT_EQ(samples[0].input_ids.back(), t.tokenizer.token_to_id("<|observation|>"));
+  // The answer stops at the next user message's <|user|> (the render through that message
+  // drops the answer's reasoning; the sample keeps it, as the model wrote it).
   auto [trained1, rest1] = split_by_label(samples[1], t.tokenizer);
-  EXPECT_EQ(trained1, "\n<think>It is sunny.</think>\nSunny.");
+  EXPECT_EQ(trained1, "\n<think>It is sunny.</think>\nSunny.<|user|>");
   EXPECT_EQ(rest1, head + "\n<think>Need the tool.</think>" + call + result);
-  // After the second user message the earlier turns keep an empty <think></think>.
+  // After the second user message the earlier turns keep an empty <think></think>. The
+  // last turn stops at the <|user|> a next message would open with.
   auto [trained2, rest2] = split_by_label(samples[2], t.tokenizer);
-  EXPECT_EQ(trained2, "\n<think>Be polite.</think>\nYou're welcome.");
+  EXPECT_EQ(trained2, "\n<think>Be polite.</think>\nYou're welcome.<|user|>");
   EXPECT_EQ(rest2, head + "\n<think></think>" + call + result + "\n<think></think>\nSunny.<|user|>Thanks!<|assistant|>");
+  EXPECT_EQ(samples[2].labels.back(), t.tokenizer.token_to_id("<|user|>"));
+  // A model directory that names no stop token trains no role token.
+  auto bare = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, {});
+  ASSERT_EQ(bare.size(), 3u);
+  EXPECT_EQ(split_by_label(bare[1], t.tokenizer).first, "\n<think>It is sunny.</think>\nSunny.");
+  EXPECT_EQ(split_by_label(bare[2], t.tokenizer).first, "\n<think>Be polite.</think>\nYou're welcome.");
+}
+
+// GLM-4.6 renders turns as GLM-4.5 does: the same stop tokens trained.
+TEST(TextData, Glm46TrainsTheRoleTokenThatStopsEachTurn) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir("glm-4.6.jinja", kGlmSpecials));
+  Json messages = Json::parse(R"([{"role":"user","content":"Hi"},
+      {"role":"assistant","content":"Hello.","reasoning_content":"Greet."},{"role":"user","content":"Bye"},{"role":"assistant","content":"Bye.","reasoning_content":"Part."}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stopping_at(t, {"<|user|>", "<|observation|>"}));
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(split_by_label(samples[0], t.tokenizer).first, "\n<think>Greet.</think>\nHello.<|user|>");
+  EXPECT_EQ(split_by_label(samples[1], t.tokenizer).first, "\n<think>Part.</think>\nBye.<|user|>");
+}
+
+// A template without end-of-turn tokens that renders every turn the same whatever follows:
+// one sample, each turn trained through the role token after it, the last turn's added.
+TEST(TextData, StopTokenAfterEachTurnOfAOneSampleConversation) {
+  const std::string tmpl = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+                           "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+  TextTokenizer t = TextTokenizer::load(special_tokenizer_dir(tmpl, {"<|user|>", "<|assistant|>", "<|tool|>"}));
+  Json messages = Json::parse(R"([{"role":"user","content":"hello"},{"role":"assistant","content":"world"},
+      {"role":"tool","content":"cat"},{"role":"assistant","content":"hello world"}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stopping_at(t, {"<|user|>", "<|tool|>"}));
+  ASSERT_EQ(samples.size(), 1u);
+  auto [trained, rest] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained, "world<|tool|>hello world<|user|>");
+  EXPECT_EQ(rest, "<|user|>hello<|assistant|>cat<|assistant|>");
+}
+
+// gpt-oss's harmony has a developer role: a first developer message is rendered as the
+// developer block ("# Instructions"), as a system message is, and is not trained.
+TEST(TextData, DeveloperMessageIsRenderedByTheTemplateAndNotTrained) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir("gpt-oss.jinja", kGptOssSpecials));
+  Json messages = Json::parse(R"([{"role":"developer","content":"Answer in French."},{"role":"user","content":"Hi"},
+      {"role":"assistant","content":"Bonjour."}])");
+  ChatDataOptions o;
+  o.render.now = 1749988800;
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, o);
+  ASSERT_EQ(samples.size(), 1u);
+  auto [trained, rest] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained, "<|channel|>final<|message|>Bonjour.<|return|>");
+  EXPECT_NE(rest.find("<|start|>developer<|message|># Instructions\n\nAnswer in French.\n\n<|end|>"
+                      "<|start|>user<|message|>Hi<|end|><|start|>assistant"),
+            std::string::npos)
+      << rest;
+  // Through a data file too; a role no chat format has is still refused, naming the line.
+  std::string dir = testing::fresh_temp_dir("text_developer");
+  std::string path = write_lines(
+      dir, {Json({{"messages", messages}}).dump(),
+            R"({"messages":[{"role":"narrator","content":"x"},{"role":"assistant","content":"y"}]})"});
+  TextDataOptions data;
+  std::string e = error_message([&] { read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, data, nullptr); });
+  EXPECT_NE(e.find("data.jsonl:2: message 0 has unknown role 'narrator'"), std::string::npos) << e;
+  data.max_bad_lines = 1;
+  EXPECT_EQ(read_text_jsonl(path, t.tokenizer, &*t.chat, t.eos_id, data, nullptr).size(), 1u);
+}
+
+// --chat-date: the date strftime_now() renders (gpt-oss's "Current date"), the same in
+// every render and in every time zone; anything but a real YYYY-MM-DD day is refused,
+// naming the flag and the value.
+TEST(TextData, ChatDateFixesTheDateTemplatesRender) {
+  TextTokenizer t = TextTokenizer::load(published_tokenizer_dir("gpt-oss.jinja", kGptOssSpecials));
+  Json messages = Json::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."}])");
+  auto text_of = [&](const Sample& s) {
+    std::string out;
+    for (int64_t id : s.input_ids) out += t.tokenizer.token_bytes(int32_t(id));
+    return out;
+  };
+  const char* saved = std::getenv("TZ");
+  const std::string saved_tz = saved ? saved : "";
+  // UTC, UTC+14 and UTC-12 (POSIX zone strings: no tzdata needed).
+  for (const char* tz : {"UTC0", "XST-14", "YST12"}) {
+    setenv("TZ", tz, 1);
+    tzset();
+    TextDataOptions o;
+    o.set_chat_date("2024-02-29");
+    auto first = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, o.chat);
+    auto second = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, o.chat);
+    ASSERT_EQ(first.size(), 1u);
+    ASSERT_EQ(second.size(), 1u);
+    EXPECT_EQ(first[0].input_ids, second[0].input_ids) << tz;
+    EXPECT_NE(text_of(first[0]).find("Current date: 2024-02-29\n"), std::string::npos)
+        << tz << ": " << text_of(first[0]);
+  }
+  if (saved) {
+    setenv("TZ", saved_tz.c_str(), 1);
+  } else {
+    unsetenv("TZ");
+  }
+  tzset();
+  for (const char* bad : {"2025-02-29", "2024-02-30", "2024-13-01", "2024-00-10", "2024-04-31", "2024-2-29",
+                          "29-02-2024", "2024/02/29", "2024-02-29T12:00", " 2024-02-29", "today", "0000-01-01"}) {
+    TextDataOptions o;
+    std::string e = error_message([&] { o.set_chat_date(bad); });
+    EXPECT_NE(e.find("--chat-date must be a day written YYYY-MM-DD"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find(std::string("'") + bad + "'"), std::string::npos) << bad << ": " << e;
+    EXPECT_THROW(o.set_chat_date(bad), UsageError) << bad;
+    EXPECT_FALSE(o.chat.render.now.has_value()) << bad;
+  }
+  TextDataOptions unset;
+  unset.set_chat_date("");
+  EXPECT_FALSE(unset.chat.render.now.has_value());
 }
 
 }  // namespace

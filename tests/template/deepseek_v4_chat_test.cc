@@ -174,7 +174,7 @@ TEST(DeepSeekV4ChatTemplate, TrainingSamples) {
   // Chat mode: one sample, every answer trained after its "</think>".
   TextDataOptions chat;
   chat.set_enable_thinking("false");
-  samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, chat.render);
+  samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, chat.chat);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(trained_text(samples[0], t.tokenizer), "hello world<｜end▁of▁sentence｜>world<｜end▁of▁sentence｜>");
 }
