@@ -8,11 +8,16 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "io/model_files.h"
 #include "model/weights.h"
+#include "test_util.h"
 
 namespace glint::testing {
 
@@ -59,6 +64,33 @@ inline std::map<std::string, at::Tensor> hub_weights_f64(CausalLMImpl& m) {
 // max |got - want| / max |want|.
 inline double max_rel_err(const at::Tensor& got, const at::Tensor& want) {
   return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-300);
+}
+
+// A release's tensors the family must skip (a multi-token-prediction layer after the
+// decoder's): m's Hub tensors plus `skipped` (4x4 each), written with m's config.json to
+// dir/model, load into a model with m's logits; with one more key the model has no use for
+// (dir/bad), loading fails naming it.
+inline void expect_skipped_when_loading(CausalLMImpl& m, const std::string& dir,
+                                        const std::vector<std::string>& skipped) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors = hub_state_dict(m);
+  for (const std::string& k : skipped) tensors.emplace_back(k, at::randn({4, 4}, at::kDouble));
+  auto write = [&](const std::string& to) {
+    std::filesystem::create_directories(to);
+    std::ofstream(to + "/config.json") << m.config.to_json().dump();
+    write_checkpoint(to, tensors);
+  };
+  write(dir + "/model");
+  CausalLM loaded = from_pretrained(dir + "/model", kF64);
+  at::Tensor ids = at::randint(0, m.config.vocab_size, {1, 5}, at::kLong);
+  {
+    at::NoGradGuard ng;
+    EXPECT_TRUE(at::equal(logits_of(*loaded, ids), logits_of(m, ids)));
+  }
+  const std::string unknown = "model.layers.1.self_attn.extra.weight";
+  tensors.emplace_back(unknown, at::zeros({2}, at::kDouble));
+  write(dir + "/bad");
+  expect_error_naming([&] { from_pretrained(dir + "/bad", kF64); },
+                      unknown);
 }
 
 }  // namespace glint::testing

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "data/lengths.h"
@@ -65,11 +66,23 @@ size_t trim_end(const std::string& s, size_t begin, size_t end) {
 // tail of `prompt` ends in `upto`; that tail must hold at least the generation prompt (its
 // `gen` last bytes) and be the only one of its length. npos when there is no such place.
 size_t turn_start(const std::string& prompt, const std::string& upto, size_t gen) {
+  // k(p), the longest tail of `prompt` that ends at upto[p - 1], for every p at once: the
+  // Z-function of reversed prompt + reversed upto (linear; a loop per p is quadratic on
+  // repetitive text), capped at the prompt's length.
+  std::string s(prompt.rbegin(), prompt.rend());
+  s.append(upto.rbegin(), upto.rend());
+  const size_t n = s.size(), P = prompt.size();
+  std::vector<size_t> z(n, 0);
+  for (size_t i = 1, l = 0, r = 0; i < n; ++i) {
+    if (i < r) z[i] = std::min(r - i, z[i - l]);
+    while (i + z[i] < n && s[z[i]] == s[i + z[i]]) ++z[i];
+    if (i + z[i] > r) l = i, r = i + z[i];
+  }
   size_t best = std::string::npos, best_len = 0;
   bool tie = false;
   for (size_t p = 1; p <= upto.size(); ++p) {
-    size_t k = 0;
-    while (k < p && k < prompt.size() && upto[p - 1 - k] == prompt[prompt.size() - 1 - k]) ++k;
+    const size_t q = P + (upto.size() - p);  // upto[p - 1] in s
+    const size_t k = std::min({q == 0 ? n : z[q], P, p});
     if (k < std::max<size_t>(gen, 1) || k < best_len) continue;
     tie = k == best_len;
     best = p;

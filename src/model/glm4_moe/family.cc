@@ -40,7 +40,6 @@ class Glm4MoeFamily : public ModelFamily {
     c.norm_topk_prob = true;
     c.max_position_embeddings = 131072;
     c.rms_norm_eps = 1e-5;
-    glm(c);  // this family's fields, at their defaults
     cf::read_common(j, where, &c);
     cf::read_head_dim(j, where, &c);
     cf::read_partial_rope(j, where, {"default"}, &c, /*default_factor=*/0.5);
