@@ -6,10 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <functional>
-#include <map>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,35 @@ inline std::map<std::string, at::Tensor> hub_weights_f64(CausalLMImpl& m) {
 // max |got - want| / max |want|.
 inline double max_rel_err(const at::Tensor& got, const at::Tensor& want) {
   return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-300);
+}
+
+// For each variant of config `base` (seeds seed+1, seed+2, ...): a float64 model with
+// weights random around their initialisation, whose logits of random ids [2,9] must equal
+// `reference`(config, Hub tensors in float64, ids) to 1e-10 relative, and whose step-1
+// loss (mean next-token cross-entropy) must equal the one of the reference's logits.
+using ReferenceLogits = std::function<at::Tensor(const nlohmann::json&, const std::map<std::string, at::Tensor>&,
+                                                 const at::Tensor&)>;
+inline void expect_variants_match_reference(const nlohmann::json& base, const std::vector<ConfigVariant>& variants,
+                                            uint64_t seed, const ReferenceLogits& reference) {
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    nlohmann::json j = base;
+    v.edit(j);
+    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
+    randomize_around_init(*m, ++seed);
+    const int64_t V = m->config.vocab_size;
+    at::Tensor ids = at::randint(0, V, {2, 9}, at::kLong);
+    at::NoGradGuard ng;
+    at::Tensor got = logits_of(*m, ids);
+    at::Tensor want = reference(j, hub_weights_f64(*m), ids);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    const double err = max_rel_err(got, want);
+    EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
+    at::Tensor lp = at::log_softmax(want.narrow(1, 0, 8), -1);
+    const double want_loss = -lp.gather(-1, ids.narrow(1, 1, 8).unsqueeze(-1)).mean().item<double>();
+    LossParts loss = causal_lm_loss(*m, ids, ids, positions(ids), at::zeros_like(ids));
+    EXPECT_NEAR(loss.ce_sum.item<double>() / double(2 * 8), want_loss, 1e-10 * std::abs(want_loss));
+  }
 }
 
 // A release's tensors the family must skip (a multi-token-prediction layer after the

@@ -80,21 +80,10 @@ TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
          j["first_k_dense_replace"] = 0;
        }},
   };
-  int seed = 10;
-  for (const auto& v : variants) {
-    SCOPED_TRACE(v.name);
-    json j = v3_json();
-    v.edit(j);
-    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    testing::randomize_around_init(*m, ++seed);
-    at::Tensor ids = at::randint(0, 40, {2, 9}, at::kLong);
-    at::NoGradGuard ng;
-    at::Tensor got = logits_of(*m, ids);
-    at::Tensor want = testing::deepseek_v3_reference_logits(j, testing::hub_weights_f64(*m), ids);
-    ASSERT_EQ(got.sizes(), want.sizes());
-    double err = (got - want).abs().max().item<double>() / want.abs().max().item<double>();
-    EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
-  }
+  testing::expect_variants_match_reference(
+      v3_json(), variants, 10, [](const json& j, const testing::DeepseekV3Weights& w, const at::Tensor& ids) {
+        return testing::deepseek_v3_reference_logits(j, w, ids);
+      });
 }
 
 TEST(DeepseekV3, RouterChoosesWithinTheKeptGroupsLikeTheReference) {

@@ -73,27 +73,7 @@ TEST(Glm4Moe, LogitsAndStepOneLossMatchTheNaiveReferenceInEveryVariant) {
          j.erase("head_dim");  // 32 / 4 = 8
        }},
   };
-  int seed = 20;
-  for (const auto& v : variants) {
-    SCOPED_TRACE(v.name);
-    json j = glm_json();
-    v.edit(j);
-    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    testing::randomize_around_init(*m, ++seed);
-    at::Tensor ids = at::randint(0, 40, {2, 9}, at::kLong);
-    at::NoGradGuard ng;
-    at::Tensor got = logits_of(*m, ids);
-    at::Tensor want = testing::glm4_moe_reference_logits(j, testing::hub_weights_f64(*m), ids);
-    ASSERT_EQ(got.sizes(), want.sizes());
-    double err = (got - want).abs().max().item<double>() / want.abs().max().item<double>();
-    EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
-    // The step-1 loss: mean cross-entropy of every next token, from the reference's logits.
-    at::Tensor lp = at::log_softmax(want.narrow(1, 0, 8), -1);
-    double want_loss = -lp.gather(-1, ids.narrow(1, 1, 8).unsqueeze(-1)).mean().item<double>();
-    LossParts loss = causal_lm_loss(*m, ids, ids, testing::positions(ids), at::zeros_like(ids));
-    double got_loss = loss.ce_sum.item<double>() / double(2 * 8);
-    EXPECT_NEAR(got_loss, want_loss, 1e-10 * std::abs(want_loss));
-  }
+  testing::expect_variants_match_reference(glm_json(), variants, 20, testing::glm4_moe_reference_logits);
 }
 
 TEST(Glm4Moe, GradientsOfBiasesNormsPartialRopeAndRouterMatchFiniteDifferences) {

@@ -83,25 +83,7 @@ TEST(GptOss, LogitsAndStepOneLossMatchTheNaiveReferenceInEveryVariant) {
          j["num_experts_per_tok"] = 3;
        }},
   };
-  int seed = 40;
-  for (const auto& v : variants) {
-    SCOPED_TRACE(v.name);
-    json j = gpt_oss_json();
-    v.edit(j);
-    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
-    testing::randomize_around_init(*m, ++seed);
-    at::Tensor ids = at::randint(0, 40, {2, 9}, at::kLong);
-    at::NoGradGuard ng;
-    at::Tensor got = logits_of(*m, ids);
-    at::Tensor want = testing::gpt_oss_reference_logits(j, testing::hub_weights_f64(*m), ids);
-    ASSERT_EQ(got.sizes(), want.sizes());
-    double err = testing::max_rel_err(got, want);
-    EXPECT_LT(err, 1e-10) << "largest relative difference " << err;
-    at::Tensor lp = at::log_softmax(want.narrow(1, 0, 8), -1);
-    double want_loss = -lp.gather(-1, ids.narrow(1, 1, 8).unsqueeze(-1)).mean().item<double>();
-    LossParts loss = causal_lm_loss(*m, ids, ids, testing::positions(ids), at::zeros_like(ids));
-    EXPECT_NEAR(loss.ce_sum.item<double>() / double(2 * 8), want_loss, 1e-10 * std::abs(want_loss));
-  }
+  testing::expect_variants_match_reference(gpt_oss_json(), variants, 40, testing::gpt_oss_reference_logits);
 }
 
 TEST(GptOss, GradientsOfSinksBiasesClampedGluAndRouterMatchFiniteDifferences) {

@@ -180,25 +180,27 @@ TEST(Tokenizer, ConcurrentEncodeAgrees) {
   EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
+// The (start, end) byte spans of every match of `pattern` in `text`.
+std::vector<std::pair<size_t, size_t>> regex_spans(const char* pattern, const std::string& text) {
+  TokenizerRegex re(pattern, false, "test");
+  std::vector<std::pair<size_t, size_t>> m;
+  re.find_all(text, &m);
+  return m;
+}
+
 TEST(TokenizerRegex, KnowsCharactersNewerThanPcre2Tables) {
   // U+31350 (CJK Ext H) and U+11F50 (Kawi digit zero) are Unicode 15.0: PCRE2 10.42's
   // tables (Unicode 14) call them unassigned; glint adds ICU's newer characters to \p{..}.
-  auto matches = [](const char* pattern, const std::string& text) {
-    TokenizerRegex re(pattern, false, "test");
-    std::vector<std::pair<size_t, size_t>> m;
-    re.find_all(text, &m);
-    return m;
-  };
   using M = std::vector<std::pair<size_t, size_t>>;
   std::string han = "\U00031350\U00031351", kawi = "\U00011F50";
-  EXPECT_EQ(matches("\\p{L}+", "a" + han + "!"), (M{{0, 9}}));
-  EXPECT_EQ(matches("\\pL+", han), (M{{0, 8}}));
-  EXPECT_EQ(matches("[^\\s\\p{L}\\p{N}]+", "x" + han + kawi + "!"), (M{{13, 14}}));
-  EXPECT_EQ(matches("\\p{N}", kawi), (M{{0, 4}}));
-  EXPECT_EQ(matches("\\p{Nd}|\\p{Lo}", kawi + han), (M{{0, 4}, {4, 8}, {8, 12}}));
+  EXPECT_EQ(regex_spans("\\p{L}+", "a" + han + "!"), (M{{0, 9}}));
+  EXPECT_EQ(regex_spans("\\pL+", han), (M{{0, 8}}));
+  EXPECT_EQ(regex_spans("[^\\s\\p{L}\\p{N}]+", "x" + han + kawi + "!"), (M{{13, 14}}));
+  EXPECT_EQ(regex_spans("\\p{N}", kawi), (M{{0, 4}}));
+  EXPECT_EQ(regex_spans("\\p{Nd}|\\p{Lo}", kawi + han), (M{{0, 4}, {4, 8}, {8, 12}}));
   // Escapes, \Q..\E and POSIX classes pass through.
-  EXPECT_EQ(matches("\\Q\\p{L}\\E", "\\p{L}"), (M{{0, 5}}));
-  EXPECT_EQ(matches("[[:alpha:]\\]]+", "ab]"), (M{{0, 3}}));
+  EXPECT_EQ(regex_spans("\\Q\\p{L}\\E", "\\p{L}"), (M{{0, 5}}));
+  EXPECT_EQ(regex_spans("[[:alpha:]\\]]+", "ab]"), (M{{0, 3}}));
   std::string err = error_message([] { TokenizerRegex("(\\p{L}", false, "where"); });
   EXPECT_NE(err.find("where: invalid regex (\\p{L} at offset 6"), std::string::npos) << err;
 }
@@ -206,22 +208,16 @@ TEST(TokenizerRegex, KnowsCharactersNewerThanPcre2Tables) {
 TEST(TokenizerRegex, WhiteSpaceIsTheUnicodeProperty) {
   // \s is White_Space, as in the reference's engine: U+180E (a format character since
   // Unicode 6.3) is not a space, though PCRE2's own \s and \h still take it.
-  auto matches = [](const char* pattern, const std::string& text) {
-    TokenizerRegex re(pattern, false, "test");
-    std::vector<std::pair<size_t, size_t>> m;
-    re.find_all(text, &m);
-    return m;
-  };
   using M = std::vector<std::pair<size_t, size_t>>;
   std::string mvs = "\u180E";  // 3 bytes
-  EXPECT_EQ(matches("\\s+", " \t\n\v\f\r\u0085\u00A0\u1680\u2000\u200A\u2028\u2029\u202F\u205F\u3000"),
+  EXPECT_EQ(regex_spans("\\s+", " \t\n\v\f\r\u0085\u00A0\u1680\u2000\u200A\u2028\u2029\u202F\u205F\u3000"),
             (M{{0, 34}}));
-  EXPECT_EQ(matches("\\s", mvs + "\u200B\x1C"), (M{}));
-  EXPECT_EQ(matches("\\S+", mvs + "."), (M{{0, 4}}));
-  EXPECT_EQ(matches("[^\\s\\p{L}]+", mvs + ".t"), (M{{0, 4}}));
-  EXPECT_EQ(matches("\\s+(?!\\S)|[\\s-]+", "a -" + mvs), (M{{1, 3}}));
+  EXPECT_EQ(regex_spans("\\s", mvs + "\u200B\x1C"), (M{}));
+  EXPECT_EQ(regex_spans("\\S+", mvs + "."), (M{{0, 4}}));
+  EXPECT_EQ(regex_spans("[^\\s\\p{L}]+", mvs + ".t"), (M{{0, 4}}));
+  EXPECT_EQ(regex_spans("\\s+(?!\\S)|[\\s-]+", "a -" + mvs), (M{{1, 3}}));
   // o200k's pre-tokenizer: the separator and "." are one punctuation piece, "t" a word.
-  EXPECT_EQ(matches(" ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\s+", mvs + ".t"),
+  EXPECT_EQ(regex_spans(" ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\s+", mvs + ".t"),
             (M{{0, 4}, {4, 5}}));
 }
 
