@@ -362,6 +362,12 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return from_json(read_json_file(file), file);
 }
 
+bool Tokenizer::found_in(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec) ||
+         std::filesystem::is_regular_file(std::filesystem::path(dir) / "tiktoken.model", ec);
+}
+
 Tokenizer Tokenizer::from_tiktoken(const std::string& model_file, const std::string& config_file) {
   auto impl = std::make_unique<Impl>();
   impl->where = model_file;

@@ -52,6 +52,9 @@ class Tokenizer {
   // or line) when it is missing, is not JSON, or declares something unsupported or
   // inconsistent.
   static Tokenizer load(const std::string& path);
+  // Whether directory `dir` holds a tokenizer that load reads (tokenizer.json, or
+  // tiktoken.model).
+  static bool found_in(const std::string& dir);
   // Builds Kimi's tiktoken tokenizer from `model_file` (tiktoken.model) and the
   // added_tokens_decoder of `config_file` (tokenizer_config.json; "" or a missing file:
   // only the reserved special tokens). Errors name the file and line or key.

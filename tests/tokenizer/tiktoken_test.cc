@@ -164,6 +164,8 @@ TEST(Tiktoken, EncodeMatchesNaiveBpe) {
   const Fixture& f = fixture();
   const Tokenizer& tok = kimi();
   EXPECT_EQ(tok.vocab_size(), int64_t(f.vocab.size()) + kKimiReservedSpecialTokens);
+  EXPECT_TRUE(Tokenizer::found_in(f.dir));
+  EXPECT_FALSE(Tokenizer::found_in(f.dir + "/nothing"));
   std::vector<std::string> texts = {
       "hello world", "hello", "helloo", "aba", "abab", "ababa", "baba", "xyzw", "xyzwxyzw", "zzz",
       "the thing's the\n\n    in", "don't", "12345678", "中文。中", "café caf\xc3\xa9s", "Hel",
