@@ -22,7 +22,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string base64(const std::string& bytes) {
+std::string tiktoken_base64(const std::string& bytes) {
   static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   size_t i = 0;
@@ -48,7 +48,7 @@ std::string base64(const std::string& bytes) {
 // The vocabulary: the 256 bytes (in a scrambled order), then multi-byte tokens. "aba" is
 // reached from "ab"+"a" and from "a"+"ba" (the tie goes left); "xyzw" has no merge path
 // (only a whole piece gives it); "zz" ranks low so that it merges first.
-std::vector<std::string> vocabulary() {
+std::vector<std::string> tiktoken_vocabulary() {
   std::vector<std::string> v;
   for (int i = 0; i < 256; ++i) v.push_back(std::string(1, char((i * 167 + 13) & 255)));
   for (const char* t : {"zz", "he", "ll", "llo", "hello", " w", "or", "ld", " wor", " world", "ab", "ba", "aba",
@@ -61,7 +61,7 @@ std::vector<std::string> vocabulary() {
 
 // tiktoken's algorithm, naively: a piece that is a token is that token; otherwise merge
 // the leftmost adjacent pair whose concatenation has the lowest rank until none has one.
-Ids naive_bpe(const std::string& piece, const std::map<std::string, int32_t>& rank) {
+Ids naive_tiktoken_bpe(const std::string& piece, const std::map<std::string, int32_t>& rank) {
   auto whole = rank.find(piece);
   if (whole != rank.end()) return {whole->second};
   std::vector<std::string> parts;
@@ -82,22 +82,22 @@ Ids naive_bpe(const std::string& piece, const std::map<std::string, int32_t>& ra
   return ids;
 }
 
-struct Fixture {
+struct TiktokenFixture {
   std::string dir;
   std::vector<std::string> vocab;
   std::map<std::string, int32_t> rank;
 };
 
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture f;
+const TiktokenFixture& tiktoken_fixture() {
+  static const TiktokenFixture f = [] {
+    TiktokenFixture f;
     f.dir = glint::testing::fresh_temp_dir("tiktoken_fixture");
-    f.vocab = vocabulary();
+    f.vocab = tiktoken_vocabulary();
     std::ofstream m(f.dir + "/tiktoken.model", std::ios::binary);
     // Lines out of rank order: the rank, not the line, is the id.
     std::vector<size_t> order(f.vocab.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-    for (size_t r : order) m << base64(f.vocab[r]) << " " << r << "\n";
+    for (size_t r : order) m << tiktoken_base64(f.vocab[r]) << " " << r << "\n";
     for (size_t r = 0; r < f.vocab.size(); ++r) f.rank[f.vocab[r]] = int32_t(r);
     int32_t n = int32_t(f.vocab.size());
     nlohmann::json config = {
@@ -118,12 +118,12 @@ const Fixture& fixture() {
 }
 
 const Tokenizer& kimi() {
-  static const Tokenizer tok = Tokenizer::load(fixture().dir);
+  static const Tokenizer tok = Tokenizer::load(tiktoken_fixture().dir);
   return tok;
 }
 
 // Kimi's regex pieces of `text`, from glint's translation.
-std::vector<std::string> pieces(const std::string& text) {
+std::vector<std::string> kimi_pieces(const std::string& text) {
   static const TokenizerRegex re(tiktoken_pattern_to_pcre2(kKimiPattern, "test"), false, "test");
   std::vector<std::pair<size_t, size_t>> m;
   re.find_all(text, &m);
@@ -144,24 +144,24 @@ TEST(Tiktoken, TranslatesKimisPattern) {
 // Hand-split by reading tokenization_kimi.py's pat_str.
 TEST(Tiktoken, KimiRegexSplitsAsWritten) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces("Hello world"), (V{"Hello", " world"}));
-  EXPECT_EQ(pieces("don't STOP'S"), (V{"don't", " STOP'S"}));  // contractions stay on the word
+  EXPECT_EQ(kimi_pieces("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(kimi_pieces("don't STOP'S"), (V{"don't", " STOP'S"}));  // contractions stay on the word
   // Han runs stand alone; 。 is Common script (Han only by Script_Extensions), so it
   // leaves the Han run and leads the next word as its one non-letter.
-  EXPECT_EQ(pieces("中文。Hello世界"), (V{"中文", "。Hello", "世界"}));
-  EXPECT_EQ(pieces("中文。"), (V{"中文", "。"}));
-  EXPECT_EQ(pieces(" 中文"), (V{" ", "中文"}));
-  EXPECT_EQ(pieces("12345"), (V{"123", "45"}));
-  EXPECT_EQ(pieces("a\n\n  b"), (V{"a", "\n\n", " ", " b"}));
-  EXPECT_EQ(pieces("x  \n"), (V{"x", "  \n"}));
-  EXPECT_EQ(pieces("!!?\n\nok"), (V{"!!?\n\n", "ok"}));
-  EXPECT_EQ(pieces("caf\xc3\xa9 CAFE\xcc\x81s"), (V{"caf\xc3\xa9", " CAFE\xcc\x81s"}));
+  EXPECT_EQ(kimi_pieces("中文。Hello世界"), (V{"中文", "。Hello", "世界"}));
+  EXPECT_EQ(kimi_pieces("中文。"), (V{"中文", "。"}));
+  EXPECT_EQ(kimi_pieces(" 中文"), (V{" ", "中文"}));
+  EXPECT_EQ(kimi_pieces("12345"), (V{"123", "45"}));
+  EXPECT_EQ(kimi_pieces("a\n\n  b"), (V{"a", "\n\n", " ", " b"}));
+  EXPECT_EQ(kimi_pieces("x  \n"), (V{"x", "  \n"}));
+  EXPECT_EQ(kimi_pieces("!!?\n\nok"), (V{"!!?\n\n", "ok"}));
+  EXPECT_EQ(kimi_pieces("caf\xc3\xa9 CAFE\xcc\x81s"), (V{"caf\xc3\xa9", " CAFE\xcc\x81s"}));
   // CJK Extension H (Unicode 15, newer than PCRE2's tables): Han, as in the regex crate.
-  EXPECT_EQ(pieces("a\U00031350b"), (V{"a", "\U00031350", "b"}));
+  EXPECT_EQ(kimi_pieces("a\U00031350b"), (V{"a", "\U00031350", "b"}));
 }
 
 TEST(Tiktoken, EncodeMatchesNaiveBpe) {
-  const Fixture& f = fixture();
+  const TiktokenFixture& f = tiktoken_fixture();
   const Tokenizer& tok = kimi();
   EXPECT_EQ(tok.vocab_size(), int64_t(f.vocab.size()) + kKimiReservedSpecialTokens);
   EXPECT_TRUE(Tokenizer::found_in(f.dir));
@@ -178,8 +178,8 @@ TEST(Tiktoken, EncodeMatchesNaiveBpe) {
   }
   for (const std::string& t : texts) {
     Ids expected;
-    for (const std::string& p : pieces(t)) {
-      Ids ids = naive_bpe(p, f.rank);
+    for (const std::string& p : kimi_pieces(t)) {
+      Ids ids = naive_tiktoken_bpe(p, f.rank);
       expected.insert(expected.end(), ids.begin(), ids.end());
     }
     Ids ids = tok.encode(t);
@@ -192,7 +192,7 @@ TEST(Tiktoken, EncodeMatchesNaiveBpe) {
 }
 
 TEST(Tiktoken, SpecialTokensAndExactBytes) {
-  const Fixture& f = fixture();
+  const TiktokenFixture& f = tiktoken_fixture();
   const Tokenizer& tok = kimi();
   int32_t n = int32_t(f.vocab.size());
   EXPECT_EQ(tok.token_to_id("[BOS]"), n);
@@ -227,16 +227,16 @@ TEST(Tiktoken, KimiCutsLongRuns) {
   kimi_chunks("ab cd", 2, 100, &chunks);  // 400,000-character chunks, at 2 here
   EXPECT_EQ(chunks, (std::vector<std::string_view>{"ab", " c", "d"}));
   // The encoder cuts too: a 25,001-letter word is two BPE pieces.
-  const Fixture& f = fixture();
+  const TiktokenFixture& f = tiktoken_fixture();
   // (naive_bpe on 10 'z' is 5 "zz"; 25,000 'z' are 12,500 "zz", then one "zz" piece.)
-  ASSERT_EQ(naive_bpe(std::string(10, 'z'), f.rank), Ids(5, f.rank.at("zz")));
+  ASSERT_EQ(naive_tiktoken_bpe(std::string(10, 'z'), f.rank), Ids(5, f.rank.at("zz")));
   EXPECT_EQ(kimi().encode(std::string(25002, 'z')), Ids(12501, f.rank.at("zz")));
   Ids odd(12500, f.rank.at("zz"));
   odd.push_back(f.rank.at("z"));
   EXPECT_EQ(kimi().encode(std::string(25001, 'z')), odd);
 }
 
-std::string load_error(const std::string& name, const std::string& model, const std::string& config = "{}") {
+std::string tiktoken_load_error(const std::string& name, const std::string& model, const std::string& config = "{}") {
   std::string dir = glint::testing::fresh_temp_dir("tiktoken_bad_" + name);
   std::ofstream(dir + "/tiktoken.model", std::ios::binary) << model;
   std::ofstream(dir + "/tokenizer_config.json") << config;
@@ -245,29 +245,29 @@ std::string load_error(const std::string& name, const std::string& model, const 
 
 TEST(Tiktoken, BadFilesNameFileAndLine) {
   std::string bytes;
-  for (int b = 0; b < 256; ++b) bytes += base64(std::string(1, char(b))) + " " + std::to_string(b) + "\n";
+  for (int b = 0; b < 256; ++b) bytes += tiktoken_base64(std::string(1, char(b))) + " " + std::to_string(b) + "\n";
   auto expect_has = [](const std::string& err, const std::string& what) {
     EXPECT_NE(err.find(what), std::string::npos) << "expected \"" << what << "\" in: " << err;
   };
-  std::string err = load_error("malformed", bytes + "aGVsbG8=256\n");
+  std::string err = tiktoken_load_error("malformed", bytes + "aGVsbG8=256\n");
   expect_has(err, "tiktoken.model:257: expected \"BASE64 RANK\"");
-  err = load_error("base64", bytes + "aGVsb!8= 256\n");
+  err = tiktoken_load_error("base64", bytes + "aGVsb!8= 256\n");
   expect_has(err, "tiktoken.model:257: \"aGVsb!8=\" is not base64");
-  err = load_error("base64_len", bytes + "aGVsbG8 256\n");
+  err = tiktoken_load_error("base64_len", bytes + "aGVsbG8 256\n");
   expect_has(err, "tiktoken.model:257: \"aGVsbG8\" is not base64");
-  err = load_error("dup_rank", bytes + "aGVsbG8= 255\n");
+  err = tiktoken_load_error("dup_rank", bytes + "aGVsbG8= 255\n");
   expect_has(err, "tiktoken.model:257: rank 255 is given again (first on line 256)");
-  err = load_error("dup_token", bytes + "YQ== 256\n");
+  err = tiktoken_load_error("dup_token", bytes + "YQ== 256\n");
   expect_has(err, "tiktoken.model:257: token \"YQ==\" is given again (first on line 98)");
-  err = load_error("gap", bytes + "aGVsbG8= 257\n");
+  err = tiktoken_load_error("gap", bytes + "aGVsbG8= 257\n");
   expect_has(err, "tiktoken.model: rank 256 is missing");
-  err = load_error("rank", bytes + "aGVsbG8= -3\n");
+  err = tiktoken_load_error("rank", bytes + "aGVsbG8= -3\n");
   expect_has(err, "tiktoken.model:257: rank \"-3\" is not a non-negative integer");
-  err = load_error("byte", "YQ== 0\n");
+  err = tiktoken_load_error("byte", "YQ== 0\n");
   expect_has(err, "tiktoken.model: byte 0x00 has no token of its own");
-  err = load_error("special_id", bytes, R"({"added_tokens_decoder": {"12": {"content": "[BOS]"}}})");
+  err = tiktoken_load_error("special_id", bytes, R"({"added_tokens_decoder": {"12": {"content": "[BOS]"}}})");
   expect_has(err, "tokenizer_config.json: \"added_tokens_decoder.12\": id 12 is a BPE rank");
-  err = load_error("special_dup", bytes,
+  err = tiktoken_load_error("special_dup", bytes,
                    R"({"added_tokens_decoder": {"256": {"content": "[BOS]"}, "257": {"content": "[BOS]"}}})");
   expect_has(err, "\"[BOS]\" is also the content of id 256");
 }
