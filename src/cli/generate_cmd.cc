@@ -134,7 +134,7 @@ int run_generate(const GenerateArgs& a) {
     request.prompt = parse_ids(a.prompt_ids, "--prompt-ids");
     GLINT_USAGE_CHECK(!request.prompt.empty(), "--prompt-ids: no token ids in '", a.prompt_ids, "'");
   } else {
-    GLINT_CHECK(path_exists(tok_dir + "/tokenizer.json"), tok_dir, ": no tokenizer.json, which --prompt and "
+    GLINT_CHECK(Tokenizer::found_in(tok_dir), tok_dir, ": no tokenizer.json (or tiktoken.model), which --prompt and "
                 "--messages need (give --tokenizer DIR, or token ids with --prompt-ids)");
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tok_dir));
     const bool chat = !a.raw && ChatTemplate::defined_in(tok_dir);

@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "tokenizer/tokenizer_bpe.h"
 #include "tokenizer/tokenizer_pretokenizer.h"
+#include "tokenizer/tokenizer_tiktoken.h"
 #include "tokenizer/unicode_text.h"
 
 namespace glint {
@@ -264,13 +265,14 @@ std::string byte_level_decode_token(const std::string& token) {
   return out;
 }
 
+}  // namespace
+
 // Per-thread working memory for encode.
 struct EncodeScratch {
+  std::vector<std::string_view> chunks;
   std::vector<TextSegment> raw_segments, norm_segments;
   PreTokenizeScratch pre;
 };
-
-}  // namespace
 
 struct Tokenizer::Impl {
   std::string where;
@@ -283,7 +285,60 @@ struct Tokenizer::Impl {
   PostIds post;
   std::vector<std::string> decoded;  // id -> bytes the decoder makes of it
   std::vector<uint8_t> known, special;
+  // tiktoken (Kimi): decode gives added tokens' contents as they are, and encode first
+  // cuts the text (kimi_chunks) when max_run_chars > 0.
+  bool raw_added_bytes = false;
+  size_t max_chunk_chars = 0, max_run_chars = 0;
 };
+
+void Tokenizer::finish(Impl* impl) {
+  std::vector<const AddedToken*> raw, norm;
+  std::vector<std::string> raw_pat, norm_pat;
+  std::unordered_map<int32_t, std::string> spelled;  // id -> the text decode gives it
+  for (const AddedToken& a : impl->added) {
+    impl->added_ids.emplace(a.content, a.id);
+    if (a.normalized) {
+      // Found in normalized text, so searched for in normalized form; `tokenizers` also
+      // decodes it to that form.
+      std::string p = a.content;
+      for (NormalizationForm f : impl->normalizers) p = normalize_unicode(p, f);
+      spelled[a.id] = p;
+      norm.push_back(&a);
+      norm_pat.push_back(std::move(p));
+    } else {
+      spelled[a.id] = a.content;
+      raw.push_back(&a);
+      raw_pat.push_back(a.content);
+    }
+  }
+  impl->raw_matcher = AddedTokenMatcher(raw, raw_pat);
+  impl->normalized_matcher = AddedTokenMatcher(norm, norm_pat);
+
+  // Decoding table: added tokens take precedence over the model's token with the same id.
+  const auto& model_tokens = impl->bpe->id_to_token();
+  size_t n = model_tokens.size();
+  for (const AddedToken& a : impl->added) n = std::max(n, size_t(a.id) + 1);
+  impl->decoded.assign(n, std::string());
+  impl->known.assign(n, 0);
+  impl->special.assign(n, 0);
+  for (size_t id = 0; id < model_tokens.size(); ++id) {
+    if (model_tokens[id].empty()) continue;
+    impl->decoded[id] = byte_level_decode_token(model_tokens[id]);
+    impl->known[id] = 1;
+  }
+  for (const AddedToken& a : impl->added) {
+    impl->decoded[size_t(a.id)] = impl->raw_added_bytes ? spelled[a.id] : byte_level_decode_token(spelled[a.id]);
+    impl->known[size_t(a.id)] = 1;
+    impl->special[size_t(a.id)] = a.special;
+  }
+  const std::string& where = impl->where;
+  for (int32_t id : impl->post.prefix)
+    GLINT_CHECK(size_t(id) < n && impl->known[size_t(id)], where,
+                ": \"post_processor\": special token id ", id, " is not in the vocabulary");
+  for (int32_t id : impl->post.suffix)
+    GLINT_CHECK(size_t(id) < n && impl->known[size_t(id)], where,
+                ": \"post_processor\": special token id ", id, " is not in the vocabulary");
+}
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -291,12 +346,52 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
   std::string file = path;
-  if (std::filesystem::is_directory(path, ec)) file = (std::filesystem::path(path) / "tokenizer.json").string();
-  GLINT_CHECK(std::filesystem::exists(file, ec), file, ": no such file (expected a tokenizer.json, or a",
+  if (fs::is_directory(path, ec)) {
+    file = (fs::path(path) / "tokenizer.json").string();
+    std::string tiktoken = (fs::path(path) / "tiktoken.model").string();
+    if (!fs::exists(file, ec) && fs::exists(tiktoken, ec))
+      return from_tiktoken(tiktoken, (fs::path(path) / "tokenizer_config.json").string());
+  } else if (fs::path(path).filename() == "tiktoken.model") {
+    return from_tiktoken(path, (fs::path(path).parent_path() / "tokenizer_config.json").string());
+  }
+  GLINT_CHECK(fs::exists(file, ec), file, ": no such file (expected a tokenizer.json or a tiktoken.model, or a",
               " directory that holds one)");
   return from_json(read_json_file(file), file);
+}
+
+bool Tokenizer::found_in(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec) ||
+         std::filesystem::is_regular_file(std::filesystem::path(dir) / "tiktoken.model", ec);
+}
+
+Tokenizer Tokenizer::from_tiktoken(const std::string& model_file, const std::string& config_file) {
+  auto impl = std::make_unique<Impl>();
+  impl->where = model_file;
+  std::vector<std::string> ranks = read_tiktoken_ranks(model_file);
+  impl->bpe = BpeModel::from_ranks(ranks, model_file);
+  PreTokenizerStep split;  // keep the regex's matches only, as tiktoken does
+  split.kind = PreTokenizerStep::Kind::kSplit;
+  split.regex = std::make_shared<TokenizerRegex>(tiktoken_pattern_to_pcre2(kKimiPattern, "Kimi's pat_str"), false,
+                                                 "Kimi's pat_str");
+  split.behavior = SplitBehavior::kRemoved;
+  split.invert = true;
+  std::vector<PreTokenizerStep> steps;
+  steps.push_back(std::move(split));
+  impl->pre_tokenizer = std::make_unique<PreTokenizer>(std::move(steps));
+  std::error_code ec;
+  nlohmann::json config = json::object();
+  if (!config_file.empty() && std::filesystem::exists(config_file, ec)) config = read_json_file(config_file);
+  GLINT_CHECK(config.is_object(), config_file, ": expected a JSON object at the top level, found ", config.type_name());
+  impl->added = kimi_special_tokens(config, int32_t(ranks.size()), config_file);
+  impl->raw_added_bytes = true;
+  impl->max_chunk_chars = kKimiMaxChunkChars;
+  impl->max_run_chars = kKimiMaxRunChars;
+  finish(impl.get());
+  return Tokenizer(std::move(impl));
 }
 
 Tokenizer Tokenizer::from_json(const json& j, const std::string& where) {
@@ -367,51 +462,7 @@ Tokenizer Tokenizer::from_json(const json& j, const std::string& where) {
       impl->added.push_back(std::move(a));
     }
   }
-  std::vector<const AddedToken*> raw, norm;
-  std::vector<std::string> raw_pat, norm_pat;
-  std::unordered_map<int32_t, std::string> spelled;  // id -> the text decode gives it
-  for (const AddedToken& a : impl->added) {
-    impl->added_ids.emplace(a.content, a.id);
-    if (a.normalized) {
-      // Found in normalized text, so searched for in normalized form; `tokenizers` also
-      // decodes it to that form.
-      std::string p = a.content;
-      for (NormalizationForm f : impl->normalizers) p = normalize_unicode(p, f);
-      spelled[a.id] = p;
-      norm.push_back(&a);
-      norm_pat.push_back(std::move(p));
-    } else {
-      spelled[a.id] = a.content;
-      raw.push_back(&a);
-      raw_pat.push_back(a.content);
-    }
-  }
-  impl->raw_matcher = AddedTokenMatcher(raw, raw_pat);
-  impl->normalized_matcher = AddedTokenMatcher(norm, norm_pat);
-
-  // Decoding table: added tokens take precedence over the model's token with the same id.
-  const auto& model_tokens = impl->bpe->id_to_token();
-  size_t n = model_tokens.size();
-  for (const AddedToken& a : impl->added) n = std::max(n, size_t(a.id) + 1);
-  impl->decoded.assign(n, std::string());
-  impl->known.assign(n, 0);
-  impl->special.assign(n, 0);
-  for (size_t id = 0; id < model_tokens.size(); ++id) {
-    if (model_tokens[id].empty()) continue;
-    impl->decoded[id] = byte_level_decode_token(model_tokens[id]);
-    impl->known[id] = 1;
-  }
-  for (const AddedToken& a : impl->added) {
-    impl->decoded[size_t(a.id)] = byte_level_decode_token(spelled[a.id]);
-    impl->known[size_t(a.id)] = 1;
-    impl->special[size_t(a.id)] = a.special;
-  }
-  for (int32_t id : impl->post.prefix)
-    GLINT_CHECK(size_t(id) < n && impl->known[size_t(id)], where,
-                ": \"post_processor\": special token id ", id, " is not in the vocabulary");
-  for (int32_t id : impl->post.suffix)
-    GLINT_CHECK(size_t(id) < n && impl->known[size_t(id)], where,
-                ": \"post_processor\": special token id ", id, " is not in the vocabulary");
+  finish(impl.get());
   return Tokenizer(std::move(impl));
 }
 
@@ -428,6 +479,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids.insert(ids.end(), m.post.prefix.begin(), m.post.prefix.end());
+  s.chunks.clear();
+  if (m.max_run_chars > 0) kimi_chunks(text, m.max_chunk_chars, m.max_run_chars, &s.chunks);
+  else s.chunks.push_back(text);
+  for (std::string_view chunk : s.chunks) encode_text(chunk, &s, &ids);
+  if (add_special_tokens) ids.insert(ids.end(), m.post.suffix.begin(), m.post.suffix.end());
+  return ids;
+}
+
+void Tokenizer::encode_text(std::string_view text, EncodeScratch* scratch, std::vector<int32_t>* out) const {
+  const Impl& m = *impl_;
+  EncodeScratch& s = *scratch;
+  std::vector<int32_t>& ids = *out;
   s.raw_segments.clear();
   m.raw_matcher.split(text, &s.raw_segments);
   for (const TextSegment& seg : s.raw_segments) {
@@ -456,8 +519,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       for (std::string_view piece : s.pre.pieces) m.bpe->encode_word(piece, &ids);
     }
   }
-  if (add_special_tokens) ids.insert(ids.end(), m.post.suffix.begin(), m.post.suffix.end());
-  return ids;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {

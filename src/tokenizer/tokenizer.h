@@ -24,6 +24,11 @@
 //   post_processor: null, ByteLevel, TemplateProcessing (single), RobertaProcessing,
 //                   BertProcessing, Sequence
 //   decoder: ByteLevel
+//
+// A directory with tiktoken.model and no tokenizer.json (Kimi-K2) is read as tiktoken
+// would (tokenizer_tiktoken.h): tiktoken's BPE over the file's ranks, Kimi's regex, the
+// special tokens of tokenizer_config.json, Kimi's cuts of long runs; decode gives the
+// tokens' bytes.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -38,12 +43,22 @@
 
 namespace glint {
 
+struct EncodeScratch;
+
 class Tokenizer {
  public:
-  // Loads `path`: a tokenizer.json file, or a directory that holds one. Throws
-  // glint::Error naming the file (and the key) when it is missing, is not JSON, or
-  // declares something unsupported or inconsistent.
+  // Loads `path`: a tokenizer.json file, or a directory that holds one, or else a
+  // tiktoken.model (see from_tiktoken). Throws glint::Error naming the file (and the key
+  // or line) when it is missing, is not JSON, or declares something unsupported or
+  // inconsistent.
   static Tokenizer load(const std::string& path);
+  // Whether directory `dir` holds a tokenizer that load reads (tokenizer.json, or
+  // tiktoken.model).
+  static bool found_in(const std::string& dir);
+  // Builds Kimi's tiktoken tokenizer from `model_file` (tiktoken.model) and the
+  // added_tokens_decoder of `config_file` (tokenizer_config.json; "" or a missing file:
+  // only the reserved special tokens). Errors name the file and line or key.
+  static Tokenizer from_tiktoken(const std::string& model_file, const std::string& config_file);
   // Builds from parsed tokenizer.json content; `where` names its source in errors.
   static Tokenizer from_json(const nlohmann::json& j, const std::string& where);
 
@@ -74,6 +89,11 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  // Builds the added-token matchers and the decoding table from impl->added and the
+  // model; checks the post-processor's ids.
+  static void finish(Impl* impl);
+  // encode's steps 1-4 on one piece of text, appended to `out`.
+  void encode_text(std::string_view text, EncodeScratch* scratch, std::vector<int32_t>* out) const;
   std::unique_ptr<Impl> impl_;
 };
 

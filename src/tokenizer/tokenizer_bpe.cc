@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer_bpe.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <queue>
 
@@ -96,6 +97,48 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                 "\" is not in model.vocab");
     insert_merge(ia, ib, uint32_t(rank), merged);
   }
+}
+
+std::unique_ptr<BpeModel> BpeModel::from_ranks(const std::vector<std::string>& tokens, const std::string& where) {
+  std::unique_ptr<BpeModel> owner(new BpeModel());
+  BpeModel& m = *owner;
+  m.ignore_merges_ = true;
+  GLINT_CHECK(tokens.size() <= size_t(INT32_MAX), where, ": ", tokens.size(), " tokens are too many");
+  std::unordered_map<std::string_view, int32_t> by_bytes;
+  by_bytes.reserve(tokens.size());
+  m.vocab_.reserve(tokens.size());
+  m.id_to_token_.resize(tokens.size());
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    GLINT_CHECK(!tokens[id].empty(), where, ": token ", id, " is empty");
+    by_bytes.emplace(tokens[id], int32_t(id));
+    m.id_to_token_[id] = to_byte_level(tokens[id]);
+    m.vocab_.emplace(m.id_to_token_[id], int32_t(id));
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = by_bytes.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02X", b);
+    GLINT_CHECK(it != by_bytes.end(), where, ": byte ", hex,
+                " has no token of its own (tiktoken's BPE starts from single bytes)");
+    m.byte_ids_[b] = it->second;
+  }
+  // Every split of every token into two tokens is a merge with the token's rank.
+  std::vector<std::pair<std::pair<int32_t, int32_t>, int32_t>> merges;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    std::string_view t = tokens[id];
+    for (size_t k = 1; k < t.size(); ++k) {
+      auto a = by_bytes.find(t.substr(0, k));
+      if (a == by_bytes.end()) continue;
+      auto b = by_bytes.find(t.substr(k));
+      if (b != by_bytes.end()) merges.push_back({{a->second, b->second}, int32_t(id)});
+    }
+  }
+  size_t cap = 16;
+  while (cap < merges.size() * 2) cap <<= 1;
+  m.table_.assign(cap, MergeEntry{kEmptyKey, 0, 0});
+  m.mask_ = cap - 1;
+  for (const auto& [pair, id] : merges) m.insert_merge(pair.first, pair.second, uint32_t(id), id);
+  return owner;
 }
 
 int32_t BpeModel::token_to_id(const std::string& token) const {

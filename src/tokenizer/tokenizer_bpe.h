@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -61,6 +62,15 @@ class BpeModel {
            const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
            const std::string& where);
 
+  // tiktoken's BPE: `tokens[rank]` holds the bytes of the token whose id is `rank`. A
+  // pair of adjacent symbols merges when their concatenation is a token, lowest rank
+  // first (leftmost on ties), and a word that is itself a token is that token (as
+  // tiktoken looks a piece up before merging). Every pair (a, b) of tokens whose
+  // concatenation is a token c gets the merge rank of c, so the merge loop below is
+  // tiktoken's. Throws glint::Error naming `where` when a byte has no token of its own
+  // (tiktoken starts from single bytes) or a token is empty.
+  static std::unique_ptr<BpeModel> from_ranks(const std::vector<std::string>& tokens, const std::string& where);
+
   // Appends the ids of `word` (raw bytes, non-empty) to `out`. Bytes whose byte-level
   // character is not in the vocabulary are dropped (no unk token). Thread-safe.
   void encode_word(std::string_view word, std::vector<int32_t>* out) const;
@@ -84,6 +94,7 @@ class BpeModel {
   void insert_merge(int32_t left, int32_t right, uint32_t rank, int32_t new_id);
   void merge_small(std::vector<int32_t>* sym) const;  // O(n^2) scan, for short words
   void merge_large(std::vector<int32_t>* sym) const;  // heap, for long words
+  BpeModel() = default;
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;

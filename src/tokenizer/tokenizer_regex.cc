@@ -4,6 +4,7 @@
 #include <pcre2.h>
 #include <unicode/uchar.h>
 #include <unicode/uniset.h>
+#include <unicode/uscript.h>
 #include <unicode/unistr.h>
 
 #include <cstdio>
@@ -21,7 +22,8 @@ namespace {
 // reference's regex engine newer still. A character assigned after PCRE2's version is
 // "unassigned" to PCRE2, so \p{L} would miss a new letter. For each general-category
 // property \p{X} in a pattern we add the characters that ICU assigns to X but PCRE2
-// does not know, as explicit ranges. (\P{X}, \w and \d are left as PCRE2 has them.)
+// does not know, as explicit ranges; the same for each script \p{Name} / \p{sc:Name}.
+// (\P{X}, \w and \d are left as PCRE2 has them.)
 
 std::string pcre2_unicode_version() {
   char buf[32] = {0};
@@ -85,6 +87,27 @@ const std::map<std::string, std::string>& newer_category_ranges() {
           else std::snprintf(buf, sizeof(buf), "\\x{%X}-\\x{%X}", unsigned(run), unsigned(c - 1));
           t[code] += buf;
           t[std::string(1, code[0])] += buf;
+        }
+        run = c;
+      }
+      // The same for scripts (\p{Han}, \p{sc:Han}, \p{Hani}: kimi's pattern names Han).
+      run = lo;
+      auto script = [](UChar32 ch) {
+        UErrorCode st = U_ZERO_ERROR;
+        UScriptCode s = uscript_getScript(ch, &st);
+        return U_FAILURE(st) ? USCRIPT_INVALID_CODE : s;
+      };
+      for (UChar32 c = lo; c <= hi + 1; ++c) {
+        if (c <= hi && script(c) == script(run)) continue;
+        UScriptCode sc = script(run);
+        if (sc != USCRIPT_INVALID_CODE && sc != USCRIPT_UNKNOWN) {
+          if (run == c - 1) std::snprintf(buf, sizeof(buf), "\\x{%X}", unsigned(run));
+          else std::snprintf(buf, sizeof(buf), "\\x{%X}-\\x{%X}", unsigned(run), unsigned(c - 1));
+          for (const char* name : {uscript_getName(sc), uscript_getShortName(sc)}) {
+            if (name == nullptr) continue;
+            t[name] += buf;
+            t[std::string("sc:") + name] += buf;
+          }
         }
         run = c;
       }

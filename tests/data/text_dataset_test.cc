@@ -677,5 +677,42 @@ TEST(TextData, ChatDateFixesTheDateTemplatesRender) {
   EXPECT_FALSE(unset.chat.render.now.has_value());
 }
 
+// Kimi-K2: a tiktoken.model directory (no tokenizer.json) with the published template.
+// Each assistant turn is trained with the <|im_end|> that ends it (the release's stop
+// token); the system turn the template adds, the role headers and user turns are not.
+TEST(TextData, KimiK2TiktokenDirectoryTrainsAssistantTurnsThroughImEnd) {
+  std::string d = testing::fresh_temp_dir("text_kimi");
+  {
+    static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::ofstream m(d + "/tiktoken.model", std::ios::binary);
+    for (int b = 0; b < 256; ++b) m << abc[b >> 2] << abc[(b & 3) << 4] << "== " << b << "\n";  // one byte each
+    m << "SGk= 256\n"   // "Hi"
+      << "dXNlcg== 257\n";  // "user"
+  }
+  const std::vector<std::string> names = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+                                          "<|im_system|>", "<|im_middle|>"};
+  Json decoder = Json::object();
+  for (size_t i = 0; i < names.size(); ++i)
+    decoder[std::to_string(258 + i)] = {{"content", names[i]}, {"special", true}};
+  std::ofstream(d + "/tokenizer_config.json") << Json{{"added_tokens_decoder", decoder}, {"eos_token", "[EOS]"}}.dump();
+  std::ofstream(d + "/chat_template.jinja", std::ios::binary) << read_file(kPublishedTemplates + "/kimi-k2.jinja");
+  TextTokenizer t = TextTokenizer::load(d);
+  ASSERT_TRUE(t.chat.has_value());
+  EXPECT_EQ(t.tokenizer.token_to_id("<|im_end|>"), 260);
+  EXPECT_EQ(t.eos_id, 259);
+  Json messages = Json::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello, 世界!"},
+      {"role":"user","content":"Bye"},{"role":"assistant","content":"Bye."}])");
+  auto samples = tokenize_chat(messages, Json(), t.tokenizer, *t.chat, stopping_at(t, {"<|im_end|>"}));
+  ASSERT_EQ(samples.size(), 1u);
+  auto [trained, rest] = split_by_label(samples[0], t.tokenizer);
+  EXPECT_EQ(trained, "Hello, 世界!<|im_end|>Bye.<|im_end|>");
+  EXPECT_EQ(rest, "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>"
+                  "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|>"
+                  "<|im_user|>user<|im_middle|>Bye<|im_end|><|im_assistant|>assistant<|im_middle|>");
+  // The special tokens are single ids; "Hi" and "user" their tokens.
+  EXPECT_EQ(samples[0].input_ids.front(), t.tokenizer.token_to_id("<|im_system|>"));
+  EXPECT_EQ(t.tokenizer.encode("<|im_user|>user<|im_middle|>Hi"), (std::vector<int32_t>{261, 257, 264, 256}));
+}
+
 }  // namespace
 }  // namespace glint

@@ -1,14 +1,16 @@
 // glint's tokenizer against Hugging Face `tokenizers` (node binding, pinned in
 // tests/reference/package.json) on the real Qwen3, DeepSeek-V3 and gpt-oss (o200k_harmony)
-// tokenizer.json files:
+// tokenizer.json files, and against js-tiktoken on a Kimi-style tiktoken directory:
 // token-exact encode on >= 10,000 generated strings each, decode equal to the
 // reference's decode, and decode(encode(s)) == s wherever the reference round-trips.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unicode/uchar.h>
+#include <unicode/unistr.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,17 +31,19 @@ struct Reference {
   std::string decoded;
 };
 
-// Runs tests/reference/tokenize_reference.js on `texts`; one result per text.
-std::vector<Reference> run_reference(const std::string& tokenizer_json,
-                                     const std::vector<std::string>& texts, const std::string& dir) {
+// Runs tests/reference/`script` (tokenize_reference.js: `tokenizer` is a tokenizer.json;
+// tiktoken_reference.js: a tiktoken directory) on `texts`; one result per text.
+std::vector<Reference> run_reference(const std::string& tokenizer, const std::vector<std::string>& texts,
+                                     const std::string& dir,
+                                     const std::string& script = "tokenize_reference.js") {
   std::string in = dir + "/texts.jsonl", out = dir + "/reference.jsonl", err = dir + "/node.err";
   {
     std::ofstream f(in, std::ios::binary);
     for (const std::string& t : texts) f << nlohmann::json(t).dump() << "\n";
   }
   std::string cmd = "NODE_PATH='" + std::string(GLINT_REFERENCE_DIR) + "/node_modules' node '" +
-                    std::string(GLINT_SOURCE_DIR) + "/tests/reference/tokenize_reference.js' encode '" +
-                    tokenizer_json + "' '" + in + "' '" + out + "' 2>'" + err + "'";
+                    std::string(GLINT_SOURCE_DIR) + "/tests/reference/" + script + "' encode '" +
+                    tokenizer + "' '" + in + "' '" + out + "' 2>'" + err + "'";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     std::ifstream e(err);
@@ -272,6 +276,110 @@ TEST(TokenizerReference, FixtureVariantsMatchTokenizers) {
     EXPECT_EQ(mismatch, 0) << name << ": of " << texts.size() << " texts";
     EXPECT_EQ(decode_mismatch, 0) << name << ": of " << texts.size() << " texts";
   }
+}
+
+// Kimi-K2's tiktoken format (tiktoken.model + tokenizer_config.json, read by
+// Tokenizer::load when there is no tokenizer.json) against js-tiktoken with Kimi's regex,
+// special tokens and cuts (tests/reference/tiktoken_reference.js). No npm package ships
+// Kimi-K2's own tiktoken.model, so the ranks here are a real vocabulary of the same
+// kind: o200k's 199,998 byte-level BPE tokens from the gpt-oss package's tokenizer.json
+// (ids = ranks), written out as a tiktoken.model, with Kimi's special tokens after them.
+// What this checks: tiktoken's merge order over a real 200k vocabulary, Kimi's regex
+// (glint's PCRE2 rewrite against V8), the special tokens, the cuts, and exact decode.
+
+// GPT-2's byte-level alphabet, inverted (code point -> byte), written out here.
+std::map<char32_t, int> tiktoken_test_byte_of() {
+  std::map<char32_t, int> m;
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    m[printable ? char32_t(b) : char32_t(next++)] = b;
+  }
+  return m;
+}
+
+std::string tiktoken_test_base64(const std::string& bytes) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
+    out += abc[(v >> 18) & 63];
+    out += abc[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? abc[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
+TEST(TokenizerReference, KimiTiktokenMatchesJsTiktoken) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(model_dir("tokenizer-gptoss") + "/tokenizer.json"));
+  const nlohmann::json& vocab = j["model"]["vocab"];
+  std::vector<std::string> by_rank(vocab.size());
+  std::map<char32_t, int> byte_of = tiktoken_test_byte_of();
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    icu::UnicodeString u = icu::UnicodeString::fromUTF8(it.key());
+    std::string bytes;
+    for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) bytes += char(byte_of.at(char32_t(u.char32At(k))));
+    by_rank.at(it.value().get<size_t>()) = bytes;
+  }
+  std::string dir = glint::testing::fresh_temp_dir("tokref_kimi_tiktoken");
+  {
+    std::ofstream m(dir + "/tiktoken.model", std::ios::binary);
+    for (size_t r = 0; r < by_rank.size(); ++r) m << tiktoken_test_base64(by_rank[r]) << " " << r << "\n";
+  }
+  // Kimi-K2's named special tokens (the offsets after the ranks are illustrative; the
+  // rest of the 256 reserved ids are <|reserved_token_ID|>).
+  const std::vector<std::pair<int, const char*>> named = {
+      {0, "[BOS]"}, {1, "[EOS]"}, {2, "<|im_end|>"}, {3, "<|im_user|>"}, {4, "<|im_assistant|>"},
+      {6, "<|start_header_id|>"}, {7, "<|end_header_id|>"}, {9, "[EOT]"}, {10, "<|im_system|>"},
+      {15, "<|im_middle|>"}, {18, "<|media_begin|>"}, {19, "<|media_content|>"}, {20, "<|media_end|>"},
+      {21, "<|media_pad|>"}, {22, "<|tool_calls_section_begin|>"}, {23, "<|tool_calls_section_end|>"},
+      {24, "<|tool_call_begin|>"}, {25, "<|tool_call_argument_begin|>"}, {26, "<|tool_call_end|>"},
+      {254, "[UNK]"}, {255, "[PAD]"}};
+  nlohmann::json decoder = nlohmann::json::object();
+  for (const auto& [k, content] : named)
+    decoder[std::to_string(by_rank.size() + k)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
+                                                   {"rstrip", false}, {"single_word", false}, {"special", true}};
+  std::ofstream(dir + "/tokenizer_config.json") << nlohmann::json{{"added_tokens_decoder", decoder}}.dump(2);
+
+  Tokenizer tok = Tokenizer::load(dir);
+  ASSERT_EQ(tok.vocab_size(), int64_t(by_rank.size()) + 256);
+  std::vector<std::string> texts = corpus(tok, 20240604, 10000);
+  for (const char* t :
+       {"<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|><|im_user|>user<|im_middle|>"
+        "你好，世界。今天天气怎么样？Hello世界 don't DON'T it'ſ<|im_end|><|im_assistant|>assistant<|im_middle|>",
+        "中文。中文，English 中文123中文", "\u3005\u3007\u2E80 \u4E00\u3002\u30FC", "CJK Ext H: \U00031350\U00031351.",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        "{\"city\": \"北京\"}<|tool_call_end|><|tool_calls_section_end|>",
+        "[BOS][EOS][UNK][PAD]<|reserved_token_199999|>", "x\u0301\u0301 \u0301abc Ab\u0301C"})
+    texts.push_back(t);
+  texts.push_back(std::string(25003, 'a') + " " + std::string(25001, ' ') + "b");  // Kimi's cuts
+  std::string tmp = glint::testing::fresh_temp_dir("tokref_kimi_tiktoken_run");
+  std::vector<Reference> refs = run_reference(dir, texts, tmp, "tiktoken_reference.js");
+  ASSERT_EQ(refs.size(), texts.size());
+  int encode_mismatch = 0, decode_mismatch = 0, roundtrip_fail = 0, roundtrips = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> ids = tok.encode(texts[i]);
+    if (ids != refs[i].ids && ++encode_mismatch <= 5)
+      ADD_FAILURE() << "encode mismatch on text " << i << " " << show(texts[i]) << "\n  glint:     " << show(ids)
+                    << "\n  reference: " << show(refs[i].ids);
+    std::string back = tok.decode(refs[i].ids);
+    if (back != refs[i].decoded && ++decode_mismatch <= 5)
+      ADD_FAILURE() << "decode mismatch on text " << i << " ids " << show(refs[i].ids) << "\n  glint:     "
+                    << show(back) << "\n  reference: " << show(refs[i].decoded);
+    if (refs[i].decoded == texts[i]) {
+      ++roundtrips;
+      if (tok.decode(ids) != texts[i] && ++roundtrip_fail <= 5)
+        ADD_FAILURE() << "decode(encode(s)) != s for text " << i << " " << show(texts[i]);
+    }
+  }
+  EXPECT_EQ(encode_mismatch, 0) << "of " << texts.size() << " texts";
+  EXPECT_EQ(decode_mismatch, 0) << "of " << texts.size() << " texts";
+  EXPECT_EQ(roundtrip_fail, 0) << "of " << roundtrips << " texts the reference round-trips";
+  EXPECT_EQ(roundtrips, int(texts.size()));  // tiktoken has no normalizer: every text comes back
+  std::cout << "kimi tiktoken (o200k ranks): " << texts.size() << " texts; texts in " << tmp << "/texts.jsonl\n";
 }
 
 // `glint tokenize` prints what the library encodes, and `--decode` inverts it.
