@@ -150,7 +150,7 @@ Action add_serve(CLI::App& app) {
         if (svc->base_model.empty() || svc->base_model == ".")
           svc->base_model = std::filesystem::absolute(opts->model.dir).lexically_normal().parent_path().filename().string();
       }
-      if (path_exists(opts->model.dir + "/tokenizer.json")) {
+      if (Tokenizer::found_in(opts->model.dir)) {
         auto tok = std::make_shared<Tokenizer>(Tokenizer::load(opts->model.dir));
         svc->encode = [tok](const std::string& s) {
           std::vector<int32_t> ids = tok->encode(s, /*add_special_tokens=*/false);

@@ -608,7 +608,7 @@ HttpResponse Service::route(const HttpRequest& req, const std::string& owner, Re
           if (id < 0 || id >= opt_.vocab_size) throw ClientError(400, "sampling_params.stop: token id " + std::to_string(id) + " is outside the vocabulary");
           stop_ids.push_back(id);
         } else if (s.is_string()) {
-          if (!opt_.encode) throw ClientError(400, "sampling_params.stop: strings need the model's tokenizer.json, which this server has not; send token ids");
+          if (!opt_.encode) throw ClientError(400, "sampling_params.stop: strings need the model's tokenizer (tokenizer.json or tiktoken.model), which this server has not; send token ids");
           std::vector<int64_t> ids = opt_.encode(s.get<std::string>());
           if (ids.empty()) throw ClientError(400, "sampling_params.stop: an empty stop string");
           stop_seqs.push_back(ids);

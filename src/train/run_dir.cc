@@ -75,7 +75,7 @@ void remove_unstarted_run(const std::string& dir, bool keep_directory) {
 
 int copy_tokenizer_files(const std::string& from, const std::string& to) {
   static const char* kFiles[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-                                 "vocab.json",         "merges.txt",            "tokenizer.model",
+                                 "vocab.json",         "merges.txt",            "tokenizer.model",     "tiktoken.model",
                                  "chat_template.jinja", "chat_template.json",   "generation_config.json"};
   int copied = 0;
   for (const char* name : kFiles) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "data/text_dataset.h"
+#include "tokenizer/tokenizer.h"
 #include "train/memory_estimate.h"
 
 namespace glint {
@@ -80,8 +81,8 @@ void TrainOptions::validate() const {
   }
   GLINT_USAGE_CHECK(model.dir.empty() || path_exists(model.dir + "/config.json"), "--model ", model.dir,
                     ": no config.json (is this a Hugging Face model directory?)");
-  GLINT_USAGE_CHECK(data.tokenizer.empty() || path_exists(data.tokenizer + "/tokenizer.json"), "--tokenizer ", data.tokenizer,
-                    ": no tokenizer.json");
+  GLINT_USAGE_CHECK(data.tokenizer.empty() || Tokenizer::found_in(data.tokenizer), "--tokenizer ", data.tokenizer,
+                    ": no tokenizer.json (or tiktoken.model)");
   if (!memory.budget.empty()) parse_memory_size(memory.budget, "--memory-budget");
   if (model.dtype != "auto") {
     c10::ScalarType dt;

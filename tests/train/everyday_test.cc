@@ -13,6 +13,7 @@
 #include "data/synthetic.h"
 #include "model/causal_lm.h"
 #include "train/memory_estimate.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 #include "test_util.h"
@@ -191,6 +192,22 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   EXPECT_DOUBLE_EQ(parse_memory_size("2G", "x"), 2048);
   EXPECT_DOUBLE_EQ(parse_memory_size("1500MB", "x"), 1500);
   EXPECT_DOUBLE_EQ(parse_memory_size("300", "x"), 300);
+}
+
+// A directory with tiktoken.model and no tokenizer.json (Kimi-K2's form) is a tokenizer:
+// --tokenizer takes it, and a run's saved model gets the file with the rest.
+TEST(Everyday, ATiktokenDirectoryIsATokenizer) {
+  const std::string tok = glint::testing::fresh_temp_dir("everyday_tiktoken");
+  TrainOptions o = everyday_options("tiktoken");
+  o.data.tokenizer = tok;
+  EXPECT_NE(glint::testing::error_message([&] { o.validate(); }).find("no tokenizer.json (or tiktoken.model)"),
+            std::string::npos);
+  std::ofstream(tok + "/tiktoken.model") << "QQ== 0\n";
+  std::ofstream(tok + "/tokenizer_config.json") << "{}";
+  EXPECT_NO_THROW(o.validate());
+  const std::string to = glint::testing::fresh_temp_dir("everyday_tiktoken_copy");
+  EXPECT_EQ(copy_tokenizer_files(tok, to), 2);
+  EXPECT_TRUE(std::filesystem::is_regular_file(to + "/tiktoken.model"));
 }
 
 }  // namespace
