@@ -22,8 +22,10 @@
 #include "cli/commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "dist/comm.h"
 #include "io/model_files.h"
+#include "model/block_attention.h"
 #include "model/flops.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
@@ -71,7 +73,7 @@ double sgemm_gflops(int64_t n, int reps) {
   return 2.0 * n * n * n * reps / s / 1e9;
 }
 
-int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets) {
+int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets, const std::string& attention) {
   LoraOptions::parse_targets(targets, "--lora-targets", &opt.lora);
   if (opt.model.dir.empty()) opt.model.config = bench_model_config();
   opt.data.path.clear();
@@ -83,6 +85,8 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
   std::vector<Batch> batches = random_batches(c.vocab_size, B, S, mbs, opt.seed);
   for (int64_t i = 0; i < warmup; ++i) trainer.step(batches);
   StepStats total;
+  // --profile: the timed steps, in a second pass so that the timings above stay unprofiled.
+  profile::Profiler profiler;
   for (int64_t i = 0; i < opt.optim.steps; ++i) {
     StepStats st = trainer.step(batches);
     total.seconds += st.seconds;
@@ -91,6 +95,13 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
     total.optimizer_seconds += st.optimizer_seconds;
     total.tokens += st.tokens;
   }
+  if (opt.run.profile)
+    for (int64_t i = 0; i < opt.optim.steps; ++i) {
+      profiler.start();
+      trainer.step(batches);
+      profiler.stop();
+      profiler.note_step();
+    }
   double n = double(opt.optim.steps);
   // Counted on an unwritten copy of the model: the trained one may be sharded (FSDP).
   CausalLM shapes(c, TensorPlacement{at::kFloat, c10::Device(c10::kCPU), /*lazy=*/true});
@@ -113,6 +124,7 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
                  {"moe_intermediate", c.moe_intermediate_size}, {"vocab", c.vocab_size}}},
       {"batch_size", B}, {"micro_batch_size", mbs}, {"seq_len", S},
       {"threads", at::get_num_threads()}, {"dtype", dtype_name(trainer.model().placement.dtype)},
+      {"attention", attention},
       {"device", trainer.model().placement.device.str()},
       {"steps_timed", opt.optim.steps},
       {"step_s", step_s},
@@ -125,6 +137,10 @@ int run_bench_train(TrainOptions opt, int64_t warmup, const std::string& targets
       {"fraction_of_sgemm", achieved / sgemm},
       {"peak_rss_mb", peak_rss_mb()},
   };
+  if (opt.run.profile) {
+    out["profile"] = profiler.report(25);
+    std::cerr << profiler.text(15);
+  }
   std::cout << out.dump() << std::endl;
   return 0;
 }
@@ -318,6 +334,12 @@ Action add_bench(CLI::App& app) {
   CLI::App* train = cmd->add_subcommand("train", "training step speed on the bench model (~0.25B MoE)");
   add_train_flags(train, opt.get(), targets.get());
   train->add_option("--warmup", *warmup, "untimed steps first")->capture_default_str();
+  auto attention = std::make_shared<std::string>("block");
+  train->add_option("--attention", *attention,
+                    "block: attention in blocks of queries (glint's kernel where no fused one runs); eager: "
+                    "each sequence's whole [S, S] scores, for comparison")
+      ->check(CLI::IsMember({"block", "eager"}))
+      ->capture_default_str();
   auto load_opt = std::make_shared<TrainOptions>();
   load_opt->parallel.fsdp = true;
   load_opt->optim.batch_size = 4;
@@ -367,10 +389,13 @@ Action add_bench(CLI::App& app) {
   Action loss_action;
   CLI::App* loss = add_bench_loss(*cmd, &loss_action);
   return [train, opt, targets, warmup, load, load_opt, tokenize, tokenize_action, ep, ep_rank, ep_opt,
-          ep_ranks, ep_warmup, tenants, tenants_run, tenants_action, loss, loss_action]() {
+          ep_ranks, ep_warmup, tenants, tenants_run, tenants_action, loss, loss_action, attention]() {
     if (loss->parsed()) return loss_action();
     if (tenants->parsed() || tenants_run->parsed()) return tenants_action();
-    if (train->parsed()) return run_bench_train(*opt, *warmup, *targets);
+    if (train->parsed()) {
+      set_eager_attention(*attention == "eager");
+      return run_bench_train(*opt, *warmup, *targets, *attention);
+    }
     if (ep->parsed()) return run_bench_ep(*ep_opt, *ep_ranks, *ep_warmup);
     if (ep_rank->parsed()) return run_bench_ep_rank(*ep_opt, *ep_warmup);
     if (load->parsed()) return run_bench_load(*load_opt);

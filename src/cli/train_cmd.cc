@@ -139,6 +139,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
          },
          "checkpoints to keep: the newest N, or all")
       ->default_str("all");
+  cmd->add_flag("--profile", o->run.profile,
+               "profile the steps after the first by phase, model region and operator: a summary at the end "
+               "and OUT/profile.json");
   cmd->add_option("--dump-gradients", o->run.dump_gradients,
                   "write every step's reduced gradients to DIR/step_<k>.safetensors (for checks)");
 }

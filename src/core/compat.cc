@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/version.h>
 
 #include <dlfcn.h>
@@ -18,6 +20,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/grouped_linear.h"
 
 // 2.x: the public scaled_dot_product_attention (2.0), TCPStoreOptions::useLibUV (2.3),
 // flash attention's variable-length form with optional offsets (2.4), at::_grouped_mm with
@@ -36,6 +39,30 @@ void set_cpu_threads(int threads) {
   // BLAS behind libtorch differs between builds (MKL in pip wheels, OpenBLAS in Debian).
   using SetThreads = void (*)(int);
   if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
+}
+
+namespace {
+
+// The allocators' report hook. Its totals changed type (int64_t in 1.x, size_t in 2.x):
+// both forms are declared, and the one the base class has is the override.
+class AllocationObserver : public c10::MemoryReportingInfoBase {
+ public:
+  explicit AllocationObserver(std::function<void(void*, int64_t)> fn) : fn_(std::move(fn)) {}
+  void reportMemoryUsage(void* ptr, int64_t bytes, int64_t, int64_t, c10::Device) { fn_(ptr, bytes); }
+  void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) { fn_(ptr, bytes); }
+  bool memoryProfilingEnabled() const override { return true; }
+
+ private:
+  std::function<void(void*, int64_t)> fn_;
+};
+
+}  // namespace
+
+std::shared_ptr<void> observe_allocations(std::function<void(void* ptr, int64_t bytes)> fn) {
+  const auto kind = c10::DebugInfoKind::PROFILER_STATE;
+  GLINT_CHECK(!c10::ThreadLocalDebugInfo::get(kind), "allocations on this thread are already observed");
+  c10::ThreadLocalDebugInfo::_push(kind, std::make_shared<AllocationObserver>(std::move(fn)));
+  return std::shared_ptr<void>(nullptr, [kind](void*) { c10::ThreadLocalDebugInfo::_pop(kind); });
 }
 
 c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, const c10d::TCPStoreOptions& options) {
@@ -179,13 +206,7 @@ at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::v
     return at::_grouped_mm(x, w.transpose(1, 2), offs);
   }
 #endif
-  // One GEMM per expert. Empty groups multiply too (no work), so that the result stays in
-  // the autograd graph of x and w even when no expert got a token: under expert
-  // parallelism every rank then runs the same backward collectives.
-  std::vector<at::Tensor> parts = x.split_with_sizes(counts, 0);
-  std::vector<at::Tensor> ws = w.unbind(0);
-  for (size_t e = 0; e < parts.size(); ++e) parts[e] = at::matmul(parts[e], ws[e].t());
-  return at::cat(parts, 0);
+  return grouped_linear(x, w, counts);
 }
 
 DeviceMemory device_memory(const c10::Device& device) {

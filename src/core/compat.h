@@ -8,6 +8,8 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,13 @@ std::string torch_version();
 // keeps one (OpenBLAS built with pthreads: Debian 13's 0.3.29 otherwise runs its own
 // threads against ATen's and made training 2 to 13 times slower on 2 cores).
 void set_cpu_threads(int threads);
+
+// Calls fn(ptr, bytes) for each allocation (bytes > 0) and free (bytes < 0) that ATen's
+// allocators make on this thread while the returned handle lives: the allocators' memory
+// reports, which the PyTorch profiler also reads (one observer on a thread at a time).
+// A block allocated before the handle is reported freed with its size (CPU: when it was
+// allocated while someone observed, else not at all).
+std::shared_ptr<void> observe_allocations(std::function<void(void* ptr, int64_t bytes)> fn);
 
 // A TCPStore (the rendezvous). libtorch 2.4+ serves it with libuv by default; builds
 // without libuv (Debian's) take the older server instead of failing.
@@ -69,9 +78,8 @@ bool varlen_attention_available(const at::Tensor& q);
 // The expert GEMM: x [N, in] holds E groups of rows, counts[e] rows for expert e in
 // expert order (a count may be 0); w [E, out, in]. Returns [N, out], group e multiplied
 // by w[e]ᵀ, with gradients for x and w. On CUDA with bf16, a libtorch that has
-// at::_grouped_mm and a GPU it runs on (grouped_mm_runs_on), one kernel; elsewhere one
-// GEMM per expert (empty groups included, so that the result stays in x's and w's
-// autograd graph).
+// at::_grouped_mm and a GPU it runs on (grouped_mm_runs_on), one kernel; elsewhere
+// grouped_linear (core/grouped_linear.h): one GEMM per expert into its rows of the result.
 at::Tensor grouped_matmul(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& counts);
 // Whether grouped_matmul takes the one-kernel path for these operands.
 bool grouped_mm_available(const at::Tensor& x, const at::Tensor& w);

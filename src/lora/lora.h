@@ -38,6 +38,7 @@ class LoraExperts : public ExpertAdapter {
   LoraExperts(at::Tensor A, at::Tensor B, double scale);
   at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
                    const at::Tensor& tags = at::Tensor()) const override;
+  LowRank low_rank(c10::ScalarType dtype) const override { return {A.to(dtype), B.to(dtype), scale}; }
   at::Tensor A;  // [E, r, in]
   at::Tensor B;  // [E, out, r]
   double scale;

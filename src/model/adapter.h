@@ -30,6 +30,14 @@ class ExpertAdapter {
   // tags: [N] int64 tag of each row's token (see TokenTags), or undefined.
   virtual at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
                            const at::Tensor& tags) const = 0;
+  // When the update is one low-rank product for every row, delta_e(x) = scale (x A_eᵀ) B_eᵀ:
+  // A [E, r, in] and B [E, out, r] in `dtype`, for the experts to fuse into their own
+  // GEMMs (model/grouped_linear.h). Undefined otherwise (rows pick their adapter by tag).
+  struct LowRank {
+    at::Tensor A, B;
+    double scale = 1;
+  };
+  virtual LowRank low_rank(c10::ScalarType) const { return {}; }
 };
 
 // Integer tags of the tokens of the current micro-batch, set from outside the model

@@ -4,11 +4,13 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "model/chunked_loss.h"
 #include "model/decode_cache.h"
 
@@ -35,11 +37,22 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, const Te
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ctx,
                                      std::vector<at::Tensor>* router_logits) {
   auto attention = [&](const at::Tensor& in) {
-    at::Tensor normed = input_layernorm->forward(in);
+    at::Tensor normed;
+    {
+      profile::Scope region("norms");
+      normed = input_layernorm->forward(in);
+    }
+    profile::Scope region("attention");
     return ctx.cache ? self_attn->forward_cached(normed, ctx) : self_attn->forward(normed, ctx);
   };
   auto feed_forward = [&](const at::Tensor& in) {
-    return mlp->forward(post_attention_layernorm->forward(in), ctx, router_logits);
+    at::Tensor normed;
+    {
+      profile::Scope region("norms");
+      normed = post_attention_layernorm->forward(in);
+    }
+    profile::Scope region(moe ? "moe" : "mlp");
+    return mlp->forward(normed, ctx, router_logits);
   };
   if (attn_hc) return ffn_hc->forward(attn_hc->forward(x, attention), feed_forward);
   at::Tensor h = x + attention(x);
@@ -106,7 +119,9 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
     if (any_history)
       cache->begin_history(ids, [&](const at::Tensor& p) { return family->rotary(config, p, compute); });
   }
+  std::optional<profile::Scope> embed_region(std::in_place, "embedding");
   at::Tensor x = at::embedding(model->embed_tokens_weight, ids);  // [B,S,H]
+  embed_region.reset();
   if (model->hc_head) x = x.unsqueeze(2).expand({-1, -1, config.hc_mult, -1}).contiguous();  // [B,S,n,H]
   ForwardOutput out;
   for (size_t l = 0; l < model->layers->size(); ++l) {
@@ -114,6 +129,7 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
     x = layer_runner ? layer_runner->run(l, *dl, x, ctx, &out.router_logits)
                      : dl->forward(x, ctx, &out.router_logits);
   }
+  profile::Scope final_region("final norm");
   if (model->hc_head) x = model->hc_head->forward(x);
   out.hidden = model->norm->forward(x);
   if (cache) cache->commit();
@@ -183,6 +199,7 @@ LossParts causal_lm_loss(CausalLMImpl& model, const at::Tensor& input_ids,
                          const at::Tensor& segment_ids, bool router_stats) {
   ForwardOutput out = model.forward(input_ids, position_ids, segment_ids);
   LossParts parts;
+  profile::Scope region("head and loss");
   parts.token_ce = token_cross_entropy(model, out.hidden, labels);
   parts.ce_sum = parts.token_ce.sum();
   const ModelConfig& c = model.config;

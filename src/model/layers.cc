@@ -8,6 +8,7 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "model/block_attention.h"
 
 namespace glint {
 
@@ -166,40 +167,48 @@ SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device&
 
 namespace {
 
+// Softmax(q.k / sqrt(D)) over the earlier keys: a fused kernel where there is one, else
+// blocks of queries that never hold [S, S] scores.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (compat::fused_attention_available(q) || eager_attention())
+    return compat::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  return block_attention(q, k, v, 1.0 / std::sqrt(double(q.size(-1))));
+}
+
 // A padding token attends to itself only: its output is its own value (kv head repeated
 // for each query head that reads it).
-at::Tensor own_values(const at::Tensor& v, int64_t heads, c10::ScalarType dtype) {
-  int64_t rep = heads / v.size(1);
-  return (rep > 1 ? v.repeat_interleave(rep, 1) : v).to(dtype);
+at::Tensor own_values(const at::Tensor& q, const at::Tensor&, const at::Tensor& v) {
+  int64_t rep = q.size(1) / v.size(1);
+  return (rep > 1 ? v.repeat_interleave(rep, 1) : v).to(q.scalar_type());
 }
 
 // One row's spans (or every row's, when the rows are alike) over q, k, v [b,N,S,D]. The
 // tensors are split, not sliced: the backward of a split is one concatenation, where
 // each slice's would write a whole zero-filled gradient.
 at::Tensor attend_spans(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const std::vector<SequenceLayout::Span>& spans, size_t first, size_t end) {
-  if (end - first == 1 && !spans[first].padding)  // one sequence fills the row
-    return compat::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+                        const std::vector<SequenceLayout::Span>& spans, size_t first, size_t end,
+                        const SequenceKernel& kernel) {
+  if (end - first == 1 && !spans[first].padding) return kernel.sequence(q, k, v);  // one sequence fills the row
   std::vector<int64_t> lengths;
   for (size_t n = first; n < end; ++n) lengths.push_back(spans[n].length);
   std::vector<at::Tensor> qs = q.split_with_sizes(lengths, 2), ks = k.split_with_sizes(lengths, 2),
                           vs = v.split_with_sizes(lengths, 2), parts;
   parts.reserve(lengths.size());
   for (size_t n = 0; n < lengths.size(); ++n)
-    parts.push_back(spans[first + n].padding
-                        ? own_values(vs[n], q.size(1), q.scalar_type())
-                        : compat::scaled_dot_product_attention(qs[n], ks[n], vs[n], /*causal=*/true));
-  return at::cat(parts, 2);
+    parts.push_back(spans[first + n].padding ? kernel.padding(qs[n], ks[n], vs[n])
+                                             : kernel.sequence(qs[n], ks[n], vs[n]));
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
 }
 
 }  // namespace
 
 at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              const SequenceLayout& layout) {
+                              const SequenceLayout& layout, const SequenceKernel& custom) {
   const int64_t B = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), Dv = v.size(3);
   GLINT_ASSERT(B == layout.rows && S == layout.seq_len, "attention over [", B, ", ", S, "] with a layout of [",
                layout.rows, ", ", layout.seq_len, "]");
-  if (layout.cu_seqlens.defined() && compat::varlen_attention_available(q) && Dv <= D) {
+  const bool plain = !custom.sequence;
+  if (plain && layout.cu_seqlens.defined() && compat::varlen_attention_available(q) && Dv <= D) {
     // Tokens in [B*S] order: [B,N,S,D] -> [B*S,N,D]. The kernel wants values as wide as
     // keys: narrower ones are padded with zeros, which add nothing, and cut off after.
     auto tokens = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({B * S, t.size(1), t.size(3)}); };
@@ -208,16 +217,18 @@ at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at
     at::Tensor o = compat::varlen_attention(tokens(q), tokens(k), vt, layout.cu_seqlens, layout.max_length);
     return (Dv < D ? o.narrow(-1, 0, Dv) : o).reshape({B, S, N * Dv});
   }
+  const SequenceKernel kernel = plain ? SequenceKernel{causal_attention, own_values} : custom;
+  GLINT_ASSERT(kernel.sequence && kernel.padding, "sequence_attention: a kernel needs both of its parts");
   at::Tensor out;
   if (layout.rows_alike) {
-    out = attend_spans(q, k, v, layout.spans, 0, layout.spans.size() / B);
+    out = attend_spans(q, k, v, layout.spans, 0, layout.spans.size() / B, kernel);
   } else {
     std::vector<at::Tensor> qs = q.split(1, 0), ks = k.split(1, 0), vs = v.split(1, 0), rows;
     size_t first = 0;
     for (int64_t b = 0; b < B; ++b) {
       size_t end = first;
       while (end < layout.spans.size() && layout.spans[end].row == b) ++end;
-      rows.push_back(attend_spans(qs[b], ks[b], vs[b], layout.spans, first, end));
+      rows.push_back(attend_spans(qs[b], ks[b], vs[b], layout.spans, first, end, kernel));
       first = end;
     }
     out = at::cat(rows, 0);

@@ -7,6 +7,7 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -105,11 +106,20 @@ struct SequenceLayout {
 // row is an error (sequences are contiguous).
 SequenceLayout sequence_layout(const at::Tensor& segment_ids, const c10::Device& device);
 
-// Causal softmax attention within each sequence of `layout`: q, k [B,Nh|Nkv,S,D], v
-// [B,Nkv,S,Dv] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*Dv], scores scaled
-// by 1/sqrt(D). Never builds an [S,S] mask: a variable-length kernel on GPU, one causal
-// attention per sequence elsewhere.
+// What attention computes inside one sequence, for sequence_attention: `sequence` over a
+// whole sequence's q [b,Nh,L,D], k [b,Nkv,L,D], v [b,Nkv,L,Dv] (causal) -> [b,Nh,L,Dv];
+// `padding` over padding tokens, each of which attends to itself alone. Unset (the
+// default): softmax(q.k / sqrt(D)) over the earlier keys, and a padding token's value.
+struct SequenceKernel {
+  using Fn = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+  Fn sequence, padding;
+};
+
+// Causal attention within each sequence of `layout`: q, k [B,Nh|Nkv,S,D], v [B,Nkv,S,Dv]
+// (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*Dv], by `kernel` per sequence.
+// Never builds an [S,S] mask: with the default kernel a variable-length kernel on GPU,
+// else a fused kernel, else block_attention (model/block_attention.h), per sequence.
 at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              const SequenceLayout& layout);
+                              const SequenceLayout& layout, const SequenceKernel& kernel = {});
 
 }  // namespace glint

@@ -4,9 +4,12 @@
 #include <ATen/core/grad_mode.h>
 
 #include <limits>
+#include <optional>
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/op_profile.h"
+#include "core/grouped_linear.h"
 
 namespace glint {
 
@@ -79,19 +82,35 @@ at::Tensor row_bias(const at::Tensor& bias, const std::vector<int64_t>& counts) 
 }
 }  // namespace
 
+at::Tensor ExpertsImpl::project(const at::Tensor& x, const at::Tensor& w, const ExpertAdapter* adapter,
+                                const std::vector<int64_t>& counts, const at::Tensor& tags) const {
+  // One GEMM kernel over every group (a GPU's grouped GEMM) takes the adapter apart;
+  // elsewhere the base GEMMs and a plain LoRA's run on each group's rows in place.
+  const bool one_kernel = compat::grouped_mm_available(x, w);
+  const ExpertAdapter::LowRank lora =
+      adapter && !one_kernel ? adapter->low_rank(x.scalar_type()) : ExpertAdapter::LowRank{};
+  if (!one_kernel && (!adapter || lora.A.defined())) return grouped_linear(x, w, counts, lora.A, lora.B, lora.scale);
+  at::Tensor y = compat::grouped_matmul(x, w, counts);
+  if (!adapter) return y;
+  profile::Scope region("experts lora");
+  return y + adapter->delta(x, counts, tags);
+}
+
 at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>& counts,
                                 const at::Tensor& tags) {
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
   int64_t I = intermediate();
-  at::Tensor h = compat::grouped_matmul(x, out_major(gate_up_proj), counts);  // [N, 2I]
-  if (gate_up_adapter) h = h + gate_up_adapter->delta(x, counts, tags);
+  at::Tensor h = project(x, out_major(gate_up_proj), gate_up_adapter.get(), counts, tags);  // [N, 2I]
   if (form.biases) h = h + row_bias(gate_up_proj_bias, counts);
   at::Tensor gate = form.interleaved ? h.slice(1, 0, 2 * I, 2) : h.narrow(1, 0, I);
   at::Tensor up = form.interleaved ? h.slice(1, 1, 2 * I, 2) : h.narrow(1, I, I);
-  at::Tensor act = glu(gate, up, form.glu);                                    // [N, I]
-  at::Tensor y = compat::grouped_matmul(act, out_major(down_proj), counts);    // [N, H]
-  if (down_adapter) y = y + down_adapter->delta(act, counts, tags);
+  at::Tensor act;
+  {
+    profile::Scope region("experts glu");
+    act = glu(gate, up, form.glu);  // [N, I]
+  }
+  at::Tensor y = project(act, out_major(down_proj), down_adapter.get(), counts, tags);  // [N, H]
   if (form.biases) y = y + row_bias(down_proj_bias, counts);
   return y;
 }
@@ -184,11 +203,16 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, MoeFo
 
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out, const at::Tensor& token_ids) {
   at::Tensor flat = x.reshape({-1, x.size(-1)});  // [T, H]
+  std::optional<profile::Scope> region(std::in_place, "moe router");
   Routing r = route(flat, token_ids);
   if (token_tags && token_tags->rows.defined()) r.tags = token_tags->per_token(flat.size(0));
+  region.emplace("moe dispatch");
   TokenDispatcher::Dispatched d = dispatcher->dispatch(flat, r);
+  region.emplace("experts");
   at::Tensor y = experts->forward(d.tokens, d.counts, d.tags);
+  region.emplace("moe combine");
   at::Tensor out = dispatcher->combine(y, d, flat.size(0)).view(x.sizes());
+  region.emplace("shared experts");
   // The shared expert sees x in its own shape: a tenant's adapter there picks its rows.
   if (shared_expert_gate) out = out + at::sigmoid(shared_expert_gate->forward(x)) * shared_experts->forward(x);
   else if (shared_experts) out = out + shared_experts->forward(x);

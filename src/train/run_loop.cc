@@ -6,10 +6,12 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/op_profile.h"
 #include "core/stop_signal.h"
 #include "dist/comm.h"
 #include "dist/world.h"
@@ -104,11 +106,29 @@ void RunLoop::run() {
   std::map<std::string, Window> tenant_window;
   double first_loss = 0, last_loss = 0;
   const int width = int(std::to_string(opt.optim.steps).size());
+  // --profile: every step after the run's first (which allocates what the later ones
+  // reuse), or the only one; OUT/profile.json and a summary at the end.
+  std::unique_ptr<profile::Profiler> profiler;
+  if (opt.run.profile) profiler = std::make_unique<profile::Profiler>();
+  auto write_profile = [&] {
+    if (!lead || !profiler || profiler->steps() == 0) return;
+    write_text_atomic(opt.run.output + "/profile.json", profiler->report(30).dump(1) + "\n");
+    std::istringstream lines(profiler->text());
+    for (std::string line; std::getline(lines, line);) say(line);
+    say("profile: " + opt.run.output + "/profile.json");
+  };
   auto wall_time = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
   for (int64_t s = start_step + 1; s <= opt.optim.steps; ++s) {
-    StepStats st = job_.step(job_.next_micro_batches());
+    std::vector<Batch> micro_batches = job_.next_micro_batches();
+    const bool profiled = profiler && (s > start_step + 1 || opt.optim.steps == start_step + 1);
+    if (profiled) profiler->start();
+    StepStats st = job_.step(micro_batches);
+    if (profiled) {
+      profiler->stop();
+      profiler->note_step();
+    }
     if (s == start_step + 1) first_loss = st.loss;
     last_loss = st.loss;
     window.loss += st.loss;
@@ -229,6 +249,7 @@ void RunLoop::run() {
     if (stopping) {
       stopped_ = true;
       refresh_report();
+      write_profile();
       if (lead) progress.finish();
  const int sig = StopSignals::received();
       say(std::string("stopped by ") +
@@ -244,6 +265,7 @@ void RunLoop::run() {
   }
   refresh_report();
   progress.finish();
+  write_profile();
   int n = std::snprintf(buf, sizeof buf, "loss %.4f at step %lld -> %.4f at step %lld in %s", first_loss,
                         (long long)(start_step + 1), last_loss, (long long)opt.optim.steps,
                         format_duration(progress.elapsed_seconds()).c_str());

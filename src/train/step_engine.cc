@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "lora/tenants.h"
@@ -136,6 +137,7 @@ MicroBatchPass StepEngine::forward_backward(const std::vector<Batch>& micro_batc
     if (bank_) bank_->set_rows(b.row_tags);
     at::Tensor obj;
     {
+      profile::Phase phase("forward");
       std::optional<at::NoGradGuard> no_grad;
       if (!backward) no_grad.emplace();
       LossParts parts = causal_lm_loss(model_, b.input_ids, b.labels, b.position_ids, b.segment_ids, router_stats);
@@ -154,7 +156,10 @@ MicroBatchPass StepEngine::forward_backward(const std::vector<Batch>& micro_batc
     }
     auto tb = clock::now();
     pass.forward_seconds += std::chrono::duration<double>(tb - tf).count();
-    if (backward && obj.defined() && obj.requires_grad()) obj.backward();
+    if (backward && obj.defined() && obj.requires_grad()) {
+      profile::Phase phase("backward");
+      obj.backward();
+    }
     pass.backward_seconds += seconds_since(tb);
   }
   if (fsdp) backward ? fsdp->end_root() : fsdp->release(fsdp->root_unit());
@@ -166,6 +171,7 @@ void StepEngine::reduce(const std::vector<Learner*>& learners) {
   // buckets go in the order of their first tensor, the same on every rank (never in the
   // order of the groups' addresses, which differ between processes: ranks would then
   // enter different collectives and wait on each other forever).
+  profile::Phase phase("reduce");
   std::vector<std::pair<std::pair<Comm*, at::ScalarType>, std::vector<at::Tensor*>>> buckets;
   for (Learner* l : learners) {
     for (size_t i = 0; i < l->params.size(); ++i) {
@@ -196,6 +202,7 @@ void StepEngine::reduce(const std::vector<Learner*>& learners) {
 double StepEngine::clip(Learner& learner, double max_norm) {
   // One rule for every placement: sum of squares over the tensors this rank holds, each
   // divided by how many ranks hold an identical copy, summed over the world.
+  profile::Phase phase("clip");
   at::NoGradGuard no_grad;
   double local = 0;
   for (size_t i = 0; i < learner.params.size(); ++i) {
@@ -216,6 +223,7 @@ double StepEngine::clip(Learner& learner, double max_norm) {
 
 void StepEngine::update(Learner& learner, double lr) {
   GLINT_ASSERT(learner.optimizer, "an update of a learner without an optimizer");
+  profile::Phase phase("optimizer");
   learner.optimizer->step(lr);
   ++learner.step;
 }

@@ -114,6 +114,8 @@ struct RunOptions {
                                  // or a checkpoint directory)
   std::string dump_gradients;    // if set: DIR/step_<k>.safetensors with every trainable
                                  // gradient after reduction, before clipping (for checks)
+  bool profile = false;          // op-level profile of the steps (core/op_profile.h):
+                                 // OUT/profile.json and a summary at the end
 };
 
 // Service mode (glint serve): no data and no schedule; room for `slots` LoRA tenants of

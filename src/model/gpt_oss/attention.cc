@@ -3,9 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
+#include "model/block_attention.h"
 #include "model/decode_cache.h"
 #include "model/gpt_oss/config.h"
 
@@ -15,70 +15,29 @@ namespace {
 
 at::ScalarType compute_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
-// q [b,Nh,L,D], k, v [b,Nh,L,D] (kv heads repeated) of whole sequences of length L.
-at::Tensor attend_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
-                           int64_t window, double scale) {
-  const int64_t b = q.size(0), N = q.size(1), L = q.size(2);
-  const auto cd = compute_type(q);
-  at::Tensor logits = at::matmul(q.to(cd), k.to(cd).transpose(-1, -2)) * scale;  // [b,N,L,L]
-  at::Tensor i = at::arange(L, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(1);
-  at::Tensor j = i.transpose(0, 1);
-  at::Tensor hidden = j > i;  // [L,L]: the future
-  if (window > 0) hidden = hidden.logical_or(i - j >= window);
-  logits = logits.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-  at::Tensor sink = sinks.to(cd).view({1, N, 1, 1}).expand({b, N, L, 1});
-  at::Tensor probs = at::softmax(at::cat({logits, sink}, -1), -1).narrow(-1, 0, L);  // [b,N,L,L]
-  return at::matmul(probs.to(v.scalar_type()), v);
-}
-
-// Padding tokens q, k, v [b,Nh,n,D]: each attends to its own key and the sink.
+// Padding tokens q [b,Nh,n,D], k, v [b,Nkv,n,D]: each attends to its own key and the sink.
 at::Tensor attend_self(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                        double scale) {
+  const int64_t rep = q.size(1) / k.size(1);
+  at::Tensor kr = rep > 1 ? k.repeat_interleave(rep, 1) : k, vr = rep > 1 ? v.repeat_interleave(rep, 1) : v;
   const auto cd = compute_type(q);
-  at::Tensor logit = (q.to(cd) * k.to(cd)).sum(-1, /*keepdim=*/true) * scale;  // [b,N,n,1]
-  at::Tensor p = at::sigmoid(logit - sinks.to(cd).view({1, -1, 1, 1}));         // e^l / (e^l + e^sink)
-  return p.to(v.scalar_type()) * v;
-}
-
-// The spans [first, end) of one row (or of every row when the rows are alike) over q, k, v.
-// Split, not sliced: the backward of a split is one concatenation.
-at::Tensor attend_spans(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
-                        const std::vector<SequenceLayout::Span>& spans, size_t first, size_t end, int64_t window,
-                        double scale) {
-  std::vector<int64_t> lengths;
-  for (size_t n = first; n < end; ++n) lengths.push_back(spans[n].length);
-  std::vector<at::Tensor> qs = q.split_with_sizes(lengths, 2), ks = k.split_with_sizes(lengths, 2),
-                          vs = v.split_with_sizes(lengths, 2), parts;
-  for (size_t n = 0; n < lengths.size(); ++n)
-    parts.push_back(spans[first + n].padding ? attend_self(qs[n], ks[n], vs[n], sinks, scale)
-                                             : attend_sequence(qs[n], ks[n], vs[n], sinks, window, scale));
-  return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+  at::Tensor logit = (q.to(cd) * kr.to(cd)).sum(-1, /*keepdim=*/true) * scale;  // [b,N,n,1]
+  at::Tensor p = at::sigmoid(logit - sinks.to(cd).view({1, -1, 1, 1}));          // e^l / (e^l + e^sink)
+  return p.to(vr.scalar_type()) * vr;
 }
 
 }  // namespace
 
 at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                           const SequenceLayout& layout, int64_t window, double scale) {
-  const int64_t B = q.size(0), N = q.size(1), S = q.size(2), D = v.size(3);
-  GLINT_ASSERT(B == layout.rows && S == layout.seq_len, "attention over [", B, ", ", S, "] with a layout of [",
-               layout.rows, ", ", layout.seq_len, "]");
-  const int64_t rep = N / k.size(1);
-  at::Tensor kr = rep > 1 ? k.repeat_interleave(rep, 1) : k, vr = rep > 1 ? v.repeat_interleave(rep, 1) : v;
-  at::Tensor out;
-  if (layout.rows_alike) {
-    out = attend_spans(q, kr, vr, sinks, layout.spans, 0, layout.spans.size() / B, window, scale);
-  } else {
-    std::vector<at::Tensor> qs = q.split(1, 0), ks = kr.split(1, 0), vs = vr.split(1, 0), rows;
-    size_t first = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      size_t end = first;
-      while (end < layout.spans.size() && layout.spans[end].row == b) ++end;
-      rows.push_back(attend_spans(qs[b], ks[b], vs[b], sinks, layout.spans, first, end, window, scale));
-      first = end;
-    }
-    out = at::cat(rows, 0);
-  }
-  return out.transpose(1, 2).reshape({B, S, N * D});
+  SequenceKernel kernel;
+  kernel.sequence = [&](const at::Tensor& qs, const at::Tensor& ks, const at::Tensor& vs) {
+    return block_attention(qs, ks, vs, scale, sinks, window);
+  };
+  kernel.padding = [&](const at::Tensor& qs, const at::Tensor& ks, const at::Tensor& vs) {
+    return attend_self(qs, ks, vs, sinks, scale);
+  };
+  return sequence_attention(q, k, v, layout, kernel);
 }
 
 GptOssAttentionImpl::GptOssAttentionImpl(const ModelConfig& c, int64_t layer, const TensorPlacement& p)

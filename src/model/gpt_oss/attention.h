@@ -19,7 +19,8 @@ namespace glint {
 // and an optional window: q [B,Nh,S,D], k, v [B,Nkv,S,D] (query head h reads kv head
 // h / (Nh / Nkv)), sinks [Nh] -> [B,S,Nh*D]. Scores scaled by `scale`; probabilities
 // computed in float32 (float64 for float64 inputs). window 0: no window. A padding token
-// attends to itself and the sink.
+// attends to itself and the sink. Block attention per sequence (model/block_attention.h):
+// no [S, S] probabilities, and a sliding layer scores only the keys in its window.
 at::Tensor sink_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                           const SequenceLayout& layout, int64_t window, double scale);
 
