@@ -127,8 +127,11 @@ for s in sides:
     out[s] = {"tokens_per_s": med(s, lambda r: r["tokens_per_s"]), "step_s": med(s, lambda r: r["step_s"]),
               "phase_s": {k: med(s, lambda r: r["phase_s"][k]) for k in ("forward", "backward", "optimizer")},
               "peak_rss_mb": med(s, lambda r: r["peak_rss_mb"])}
-for s in sides[1:]:
+for s in sides[1:]:  # the ratio of the medians, and each round's own ratio (same round, back to back)
     out["glint/" + s] = out["glint"]["tokens_per_s"] / out[s]["tokens_per_s"]
+    by_round = {r["round"]: r["tokens_per_s"] for r in runs if r["side"] == s}
+    out["glint/" + s + " per round"] = [round(r["tokens_per_s"] / by_round[r["round"]], 3)
+                                        for r in runs if r["side"] == "glint" and r["round"] in by_round]
 print(json.dumps(out))
 EOF
 )")

@@ -315,6 +315,7 @@ def main(a):
         "step_s_median": median(step_s) if n else None,
         "phase_s": {k: sum(s[i] for s in steps) / n if n else None
                     for i, k in enumerate(("forward", "backward", "optimizer"))},
+        "steps_s": [[round(x, 4) for x in s] for s in steps],  # each timed step: forward, backward, optimizer
         "step1_loss": losses[0], "losses": losses,
         "load_s": load_s, "peak_rss_mb": rss,
     }
