@@ -440,9 +440,6 @@ TEST(DeepseekV4, BadConfigsAreNamed) {
   expect(j, "weight_block_size");
 }
 
-}  // namespace
-}  // namespace glint
-
 // Cached decoding against full recomputation, with a decoding state that crosses every
 // boundary many times: a window of 5, CSA blocks of 4 (the indexer choosing 3 of up to a
 // dozen entries), HCA blocks of 8. Four rows of different prompt lengths (mid-block, on a
@@ -512,3 +509,6 @@ TEST(DeepseekV4, CachedDecodingEqualsRecomputationAcrossBlocks) {
     }
   }
 }
+
+}  // namespace
+}  // namespace glint
