@@ -388,9 +388,13 @@ Action add_bench(CLI::App& app) {
   CLI::App* tokenize = add_bench_tokenize(*cmd, &tokenize_action);
   Action loss_action;
   CLI::App* loss = add_bench_loss(*cmd, &loss_action);
+  Action decode_action;
+  CLI::App* decode = add_bench_decode(*cmd, &decode_action);
   return [train, opt, targets, warmup, load, load_opt, tokenize, tokenize_action, ep, ep_rank, ep_opt,
-          ep_ranks, ep_warmup, tenants, tenants_run, tenants_action, loss, loss_action, attention]() {
+          ep_ranks, ep_warmup, tenants, tenants_run, tenants_action, loss, loss_action, decode, decode_action,
+          attention]() {
     if (loss->parsed()) return loss_action();
+    if (decode->parsed()) return decode_action();
     if (tenants->parsed() || tenants_run->parsed()) return tenants_action();
     if (train->parsed()) {
       set_eager_attention(*attention == "eager");

@@ -59,6 +59,8 @@ CLI::App* add_bench_tokenize(CLI::App& bench, Action* action);
 
 // Adds `bench loss` under `bench`.
 CLI::App* add_bench_loss(CLI::App& bench, Action* action);
+// Adds `bench decode` under `bench` (cached decoding's time per new token).
+CLI::App* add_bench_decode(CLI::App& bench, Action* action);
 
 // Adds `bench tenants` (and its per-configuration `bench tenants-run`) under `bench`.
 CLI::App* add_bench_tenants(CLI::App& bench, Action* action);

@@ -43,7 +43,8 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ct
       normed = input_layernorm->forward(in);
     }
     profile::Scope region("attention");
-    return ctx.cache ? self_attn->forward_cached(normed, ctx) : self_attn->forward(normed, ctx);
+    if (!ctx.cache) return self_attn->forward(normed, ctx);
+    return ctx.cache->recompute ? history_forward(*self_attn, normed, ctx) : self_attn->forward_cached(normed, ctx);
   };
   auto feed_forward = [&](const at::Tensor& in) {
     at::Tensor normed;
@@ -115,7 +116,7 @@ ForwardOutput CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tenso
     cache->begin(segment_ids, position_ids);
     ctx.cache = cache;
     bool any_history = false;  // a module recomputed over the history (AttentionModule::forward_cached)
-    for (size_t l = 0; l < model->layers->size(); ++l) any_history |= !layer(l)->self_attn->keeps_decode_state();
+    for (size_t l = 0; l < model->layers->size(); ++l) any_history |= cache->recompute || !layer(l)->self_attn->keeps_decode_state();
     if (any_history)
       cache->begin_history(ids, [&](const at::Tensor& p) { return family->rotary(config, p, compute); });
   }

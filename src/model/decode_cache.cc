@@ -109,6 +109,42 @@ void HistoryState::keep_rows(const at::Tensor& rows) {
   if (x.defined()) x = x.index_select(0, rows);
 }
 
+at::Tensor append_recent(at::Tensor& recent, int64_t keep, const at::Tensor& x, const DecodeCache& cache) {
+  const int64_t B = x.size(0), S = x.size(1);
+  GLINT_ASSERT(B == cache.rows() && S == cache.new_tokens() && keep >= 0, "append_recent: x ", x.sizes(), " for a cache of ",
+               cache.rows(), " rows and ", cache.new_tokens(), " new tokens");
+  if (!recent.defined()) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[1] = keep;
+    recent = at::zeros(shape, x.options());
+  }
+  at::Tensor all = at::cat({recent, x.to(recent.scalar_type())}, 1);  // [B,keep+S,...]
+  // Row b's last `keep` real positions: slots new_counts[b] .. new_counts[b] + keep - 1.
+  std::vector<int64_t> index(B * keep);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < keep; ++j) index[b * keep + j] = cache.new_counts()[b] + j;
+  std::vector<int64_t> view(x.dim(), 1), shape = all.sizes().vec();
+  view[0] = B;
+  view[1] = keep;
+  shape[1] = keep;
+  at::Tensor at_slot = at::tensor(index, at::kLong).to(x.device()).view(view).expand(shape);
+  recent = all.gather(1, at_slot);
+  return all;
+}
+
+void reserve_slots(at::Tensor& t, int64_t dim, int64_t need, std::vector<int64_t> shape, const at::TensorOptions& options) {
+  if (t.defined() && t.size(dim) >= need) return;
+  shape.at(dim) = t.defined() ? std::max(need, 2 * t.size(dim)) : need;
+  at::Tensor grown = at::zeros(shape, options);
+  if (t.defined()) grown.narrow(dim, 0, t.size(dim)).copy_(t);
+  t = grown;
+}
+
+void keep_tensor_rows(std::initializer_list<at::Tensor*> ts, const at::Tensor& rows) {
+  for (at::Tensor* t : ts)
+    if (t->defined()) *t = t->index_select(0, rows);
+}
+
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
                             const LayerContext& ctx, const at::Tensor& sinks, int64_t window) {
   GLINT_ASSERT(ctx.cache != nullptr, "cached_attention without a cache");

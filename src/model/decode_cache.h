@@ -10,6 +10,8 @@
 // attention module keeps what it needs under its own key:
 //   - full attention: keys and values of every cached token (KvState, cached_attention);
 //   - linear attention (GatedDeltaNet): its convolution tail and recurrent state;
+//   - sliding-window and compressed attention (DeepSeek-V4): its window's last keys
+//     (append_recent), its compressors' unfinished blocks and finished entries;
 //   - a module with no state of its own (AttentionModule::keeps_decode_state() false):
 //     the inputs of its sublayer, over which it is recomputed, row by row, for the new
 //     tokens (history_forward). Exact, and O(history) per step instead of O(1).
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +56,10 @@ class DecodeCache {
   const std::vector<int64_t>& lengths() const { return lengths_; }  // cached tokens per row
   const c10::Device& device() const { return device_; }
   int64_t capacity() const { return capacity_; }
+  // Every attention module decodes by recomputing its sublayer over the history
+  // (history_forward), whether or not it keeps a state of its own: the baseline that
+  // `glint bench decode --compare` times. Set before the first forward.
+  bool recompute = false;
 
   // Keeps rows `rows` (indices into the current rows, each at most once), in that order.
   void keep_rows(const std::vector<int64_t>& rows);
@@ -118,6 +125,26 @@ struct KvState : LayerState {
 // attention); both are kept in the prefill too.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
                             const LayerContext& ctx, const at::Tensor& sinks = at::Tensor(), int64_t window = 0);
+
+// The last `keep` positions of each row of a per-token tensor (a sliding window's keys, a
+// compressor's unfinished blocks): `recent` [B,keep,...], slot j of row b holding position
+// lengths()[b] - keep + j (zeros where that is before the row's start). Between begin and
+// commit, appends this forward's x [B,S,...] and returns [B,keep+S,...]: the kept positions
+// then the new tokens, slot j of row b at position lengths()[b] - keep + j (padding
+// included); `recent` then keeps the last `keep` positions of each row's real tokens. A
+// module's state holds these (keep_recent_rows drops rows): O(keep) per step, whatever the
+// history.
+at::Tensor append_recent(at::Tensor& recent, int64_t keep, const at::Tensor& x, const DecodeCache& cache);
+
+// Grows `t` along dim `dim` to at least `need` slots (doubling, zeros), keeping its contents;
+// allocates it (zeros of `shape`, `need` at `dim`) when undefined. For per-row lists that
+// grow at their own pace (a compressor's entries), where DecodeCache::fit's one slot per
+// position would be too many.
+void reserve_slots(at::Tensor& t, int64_t dim, int64_t need, std::vector<int64_t> shape, const at::TensorOptions& options);
+
+// Keeps rows `rows` of every defined tensor of `ts` (LayerState::keep_rows for a state of
+// several tensors).
+void keep_tensor_rows(std::initializer_list<at::Tensor*> ts, const at::Tensor& rows);
 
 // The inputs of a module with no decoding state of its own: [B,Cap,H].
 struct HistoryState : LayerState {

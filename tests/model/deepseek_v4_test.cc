@@ -19,6 +19,7 @@
 #include "io/raw_safetensors.h"
 #include "lora/lora.h"
 #include "model/causal_lm.h"
+#include "model/decode_cache.h"
 #include "model/deepseek_v4/family.h"
 #include "model/reference_deepseek_v4.h"
 #include "model/weights.h"
@@ -437,6 +438,76 @@ TEST(DeepseekV4, BadConfigsAreNamed) {
   j = v4_json();
   j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}};
   expect(j, "weight_block_size");
+}
+
+// Cached decoding against full recomputation, with a decoding state that crosses every
+// boundary many times: a window of 5, CSA blocks of 4 (the indexer choosing 3 of up to a
+// dozen entries), HCA blocks of 8. Four rows of different prompt lengths (mid-block, on a
+// block boundary, on the point where the indexer starts to choose, one token), decoding
+// ~40 tokens one or several at a time (rows feeding different counts, right padded), with
+// rows dropped and reordered mid-way. Every new token's logits equal those of a forward
+// of its row's whole sequence. Without a window the module falls back to recomputation,
+// which must agree too.
+TEST(DeepseekV4, CachedDecodingEqualsRecomputationAcrossBlocks) {
+  for (int64_t window : {5, 0}) {
+    SCOPED_TRACE("sliding_window " + std::to_string(window));
+    json j = v4_json();
+    j["sliding_window"] = window > 0 ? json(window) : json(nullptr);
+    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
+    randomize_v4(*m, 7 + window);
+    for (int64_t l = 0; l < m->config.num_hidden_layers; ++l)
+      EXPECT_EQ(m->layer(l)->self_attn->keeps_decode_state(), window > 0) << "layer " << l;
+    at::NoGradGuard ng;
+    at::Generator gen = at::detail::createCPUGenerator(11);
+    const std::vector<int64_t> prompt = {7, 8, 12, 1};
+    const int64_t B = int64_t(prompt.size()), total = 56;
+    at::Tensor seqs = at::randint(0, kV4Vocab, {B, total}, gen, at::kLong);  // row r's whole sequence
+    std::vector<at::Tensor> got(B);  // [total, V]: logits at each position, as they came
+    for (auto& g : got) g = at::full({total, kV4Vocab}, std::nan(""), at::kDouble);
+
+    DecodeCache cache(B, c10::Device(c10::kCPU));
+    std::vector<int64_t> rows = {0, 1, 2, 3};  // the cache's rows, as indices of seqs
+    std::vector<int64_t> done(prompt);         // tokens fed per sequence
+    // One forward of counts[k] new tokens for cache row k (right padded).
+    auto feed = [&](const std::vector<int64_t>& counts) {
+      const int64_t R = int64_t(rows.size()), S = *std::max_element(counts.begin(), counts.end());
+      at::Tensor ids = at::zeros({R, S}, at::kLong), pos = at::zeros({R, S}, at::kLong), seg = at::full({R, S}, -1, at::kLong);
+      for (int64_t k = 0; k < R; ++k) {
+        const int64_t r = rows[k], from = cache.lengths()[k];
+        ids[k].narrow(0, 0, counts[k]).copy_(seqs[r].narrow(0, from, counts[k]));
+        pos[k].narrow(0, 0, counts[k]).copy_(at::arange(from, from + counts[k], at::kLong));
+        seg[k].narrow(0, 0, counts[k]).fill_(0);
+      }
+      std::vector<int64_t> before = cache.lengths();
+      at::Tensor logits = m->logits(m->forward(ids, pos, seg, &cache).hidden);  // [R,S,V]
+      for (int64_t k = 0; k < R; ++k) {
+        got[rows[k]].narrow(0, before[k], counts[k]).copy_(logits[k].narrow(0, 0, counts[k]));
+        done[rows[k]] = before[k] + counts[k];
+      }
+    };
+    feed(prompt);  // the prefill
+    for (int64_t step = 0; step < 40; ++step) {
+      if (step == 17) {  // row 1 (sequence 1) finishes; the others are reordered
+        cache.keep_rows({3, 0, 2});
+        rows = {3, 0, 2};
+      }
+      std::vector<int64_t> counts(rows.size(), 1);
+      if (step % 7 == 3)  // several tokens at once, a different count per row
+        for (size_t k = 0; k < rows.size(); ++k) counts[k] = 1 + int64_t((k + step) % 3);
+      for (size_t k = 0; k < rows.size(); ++k) counts[k] = std::min(counts[k], total - done[rows[k]]);
+      if (*std::max_element(counts.begin(), counts.end()) == 0) break;
+      for (auto& c : counts) c = std::max<int64_t>(c, 0);
+      feed(counts);
+    }
+    for (int64_t r = 0; r < B; ++r) {
+      SCOPED_TRACE("sequence " + std::to_string(r));
+      ASSERT_GT(done[r], prompt[r] + 15);
+      at::Tensor ids = seqs[r].narrow(0, 0, done[r]).view({1, done[r]});
+      at::Tensor want = logits_of(*m, ids, positions(ids), at::zeros_like(ids))[0];
+      double diff = (got[r].narrow(0, 0, done[r]) - want).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-10) << "cached logits differ from a full forward by " << diff;
+    }
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/decode_cache.h"
 #include "model/deepseek_v4/config.h"
 
 namespace glint {
@@ -240,24 +241,35 @@ DeepseekV4AttentionImpl::DeepseekV4AttentionImpl(const ModelConfig& c, int64_t l
   }
 }
 
-at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+namespace {
+
+// The attention's per-token projections of x [B,S,H]: qr [B,S,Cq] (the queries' low-rank
+// input, the indexer's too), q [B,S,N,D] and kv [B,S,D], both rotated at their positions.
+struct Projected {
+  at::Tensor qr, q, kv;
+};
+
+Projected project(DeepseekV4AttentionImpl& m, const at::Tensor& x, const RotaryTables& rope) {
+  const int64_t B = x.size(0), S = x.size(1);
+  Projected p;
+  p.qr = m.q_a_norm->forward(m.q_a_proj->forward(x));
+  p.q = unweighted_rms_norm(m.q_b_proj->forward(p.qr).view({B, S, m.num_heads, m.head_dim}), m.eps);
+  p.q = rotate_tail(p.q, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), 1.0);
+  p.kv = rotate_tail(m.kv_norm->forward(m.kv_proj->forward(x)), rope.cos, rope.sin, 1.0);
+  return p;
+}
+
+// The attention of every sequence of ctx.layout over its own tokens: [B,S,N,D], before
+// the turn back (forward's blocked path).
+at::Tensor attend_sequences(DeepseekV4AttentionImpl& m, const at::Tensor& x, const Projected& p,
+                            const RotaryTables& rope, const LayerContext& ctx) {
   const SequenceLayout& layout = ctx.layout;
-  GLINT_ASSERT(x.dim() == 3 && layout.rows == x.size(0) && layout.seq_len == x.size(1), "deepseek_v4 attention over ",
-               x.sizes(), " with a layout of [", layout.rows, ", ", layout.seq_len, "]");
-  const int64_t B = x.size(0), S = x.size(1), N = num_heads, D = head_dim;
-  const RotaryTables& rope = ctx.rope.at(kind == kDeepseekV4Sliding ? 0 : 1);
-  GLINT_ASSERT(rope.cos.size(-1) == rope_dim && rope.cos.size(0) == B && rope.cos.size(1) == S,
-               "deepseek_v4 rope tables ", rope.cos.sizes(), " for x ", x.sizes(), " and ", rope_dim, " rope dims");
-  const double scale = 1.0 / std::sqrt(double(D));
-
-  at::Tensor qr = q_a_norm->forward(q_a_proj->forward(x));                                   // [B,S,Cq]
-  at::Tensor q = unweighted_rms_norm(q_b_proj->forward(qr).view({B, S, N, D}), eps);         // [B,S,N,D]
-  q = rotate_tail(q, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), 1.0);
-  at::Tensor kv = rotate_tail(kv_norm->forward(kv_proj->forward(x)), rope.cos, rope.sin, 1.0);  // [B,S,D]
-
-  std::vector<at::Tensor> qs = per_span(q, layout), kvs = per_span(kv, layout);
+  const int64_t B = x.size(0), S = x.size(1);
+  const double scale = 1.0 / std::sqrt(double(m.head_dim));
+  std::vector<at::Tensor> qs = per_span(p.q, layout), kvs = per_span(p.kv, layout);
   std::vector<at::Tensor> coss = per_span(rope.cos, layout), sins = per_span(rope.sin, layout);
   std::vector<at::Tensor> ckv, cgate;  // the compressor's projections per span [L,C]
+  DeepseekV4Compressor compressor = m.compressor;
   if (compressor) {
     ckv = per_span(compressor->kv_proj->forward(x), layout);
     cgate = per_span(compressor->gate_proj->forward(x), layout);
@@ -272,7 +284,7 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
     at::NoGradGuard no_grad;
     ikv = per_span(ix->kv_proj->forward(x), layout);
     igate = per_span(ix->gate_proj->forward(x), layout);
-    iq = per_span(ix->q_b_proj->forward(qr).view({B, S, ix->heads, ix->dim}), layout);
+    iq = per_span(ix->q_b_proj->forward(p.qr).view({B, S, ix->heads, ix->dim}), layout);
     iw = per_span(ix->scorer->weights_proj->forward(x), layout);
   }
 
@@ -281,7 +293,7 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
   for (size_t n = 0; n < layout.spans.size(); ++n) {
     const auto& span = layout.spans[n];
     if (span.padding) {
-      outs.push_back(self_only_attention(qs[n], kvs[n], sinks, scale));
+      outs.push_back(self_only_attention(qs[n], kvs[n], m.sinks, scale));
       continue;
     }
     at::Tensor entries, visible;  // [T,D], [L,T]
@@ -291,7 +303,7 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
       visible = causal_entries(span.length, T, compressor->rate, x.device());
       if (ix && T > ix->topk) visible = indexer_selection(*ix, ikv[n], igate[n], iq[n], iw[n], coss[n], sins[n], visible);
     }
-    outs.push_back(blocked_attention(qs[n], kvs[n], entries, visible, sinks, window, query_block, scale));
+    outs.push_back(blocked_attention(qs[n], kvs[n], entries, visible, m.sinks, m.window, m.query_block, scale));
   }
   std::vector<at::Tensor> rows;
   for (size_t n = 0; n < outs.size();) {
@@ -300,7 +312,13 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
     rows.push_back(end - n == 1 ? outs[n] : at::cat(std::vector<at::Tensor>(outs.begin() + n, outs.begin() + end), 0));
     n = end;
   }
-  at::Tensor o = rows.size() == 1 ? rows[0].unsqueeze(0) : at::stack(rows, 0);      // [B,S,N,D]
+  return rows.size() == 1 ? rows[0].unsqueeze(0) : at::stack(rows, 0);  // [B,S,N,D]
+}
+
+// The heads' outputs o [B,S,N,D] turned back at each query's position, through the
+// grouped low-rank output: [B,S,H].
+at::Tensor grouped_output(DeepseekV4AttentionImpl& m, at::Tensor o, const RotaryTables& rope) {
+  const int64_t B = o.size(0), S = o.size(1), N = m.num_heads, D = m.head_dim;
   // V carried the keys' rotation: turn each head's output back at the query's position.
   o = rotate_tail(o, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), -1.0);
 
@@ -308,15 +326,145 @@ at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerCont
   // as [G,R,P], group g (heads [g*N/G, (g+1)*N/G)) times its R rows, one batched product.
   // An adapter on o_a_proj adds, per group, the rows of its delta that belong to the group:
   // LoRA on o_a_proj means LoRA on the weight the product reads.
-  const int64_t G = groups, R = group_rank, P = N * D / G;
+  const int64_t G = m.groups, R = m.group_rank, P = N * D / G;
   at::Tensor og = o.reshape({B * S, G, P});
-  at::Tensor y = at::bmm(og.transpose(0, 1), o_a_proj->weight.view({G, R, P}).transpose(1, 2)).transpose(0, 1);  // [BS,G,R]
-  if (o_a_proj->adapter) {
+  at::Tensor y = at::bmm(og.transpose(0, 1), m.o_a_proj->weight.view({G, R, P}).transpose(1, 2)).transpose(0, 1);  // [BS,G,R]
+  if (m.o_a_proj->adapter) {
     // [B,S,...] in, as every adapter expects (a tenant adapter picks its rows along dim 0).
-    at::Tensor d = o_a_proj->adapter->delta(o.reshape({B, S, G, P})).view({B * S, G, G, R});  // group g's input, all G*R rows
+    at::Tensor d = m.o_a_proj->adapter->delta(o.reshape({B, S, G, P})).view({B * S, G, G, R});  // group g's input, all G*R rows
     y = y + d.diagonal(0, 1, 2).transpose(1, 2);                         // keep group g's rows
   }
-  return o_b_proj->forward(y.reshape({B, S, G * R}));
+  return m.o_b_proj->forward(y.reshape({B, S, G * R}));
+}
+
+// Decoding state of one DeepSeek-V4 attention module, per row b of lengths()[b] tokens
+// (Kw = window - 1, Kc = 2m - 1 overlapping, m - 1 otherwise: the unfinished block and,
+// overlapping, the one before it, whose a-halves the next entry pools):
+struct DeepseekV4DecodeState : LayerState {
+  at::Tensor window_kv;    // [B,Kw,D]: the last keys (rotated), append_recent
+  at::Tensor ckv, cgate;   // [B,Kc,C]: the compressor's projections of the last tokens
+  at::Tensor ccos, csin;   // [B,Kc,rd]: their "compress" rope rows
+  at::Tensor entries;      // [B,Cap_e,D]: row b's first lengths()[b] / m are its entries
+  at::Tensor ikv, igate;   // [B,Kc,2dI]: the indexer's projections of the last tokens (CSA)
+  at::Tensor ikeys;        // [B,Cap_e,dI]: the indexer's keys of the entries (CSA)
+  void keep_rows(const at::Tensor& rows) override {
+    keep_tensor_rows({&window_kv, &ckv, &cgate, &ccos, &csin, &entries, &ikv, &igate, &ikeys}, rows);
+  }
+};
+
+// Appends to `store` [B,Cap_e,dim] the entries of `comp` that this forward completes, per
+// row; kv, gate [B,Kc+S,C], cos, sin [B,Kc+S,rd]: append_recent's views of the row's last
+// Kc tokens then the new ones. Returns the most entries a row holds now.
+int64_t add_entries(DeepseekV4CompressorImpl& comp, at::Tensor& store, const at::Tensor& kv, const at::Tensor& gate,
+                    const at::Tensor& cos, const at::Tensor& sin, int64_t Kc, const DecodeCache& cache) {
+  const int64_t B = cache.rows(), rate = comp.rate;
+  int64_t most = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = cache.lengths()[b], c0 = len / rate, c1 = (len + cache.new_counts()[b]) / rate;
+    most = std::max(most, c1);
+    if (c1 == c0) continue;
+    // From the block before the first new entry (overlapping: its a-half joins that entry;
+    // the entry of that block itself, pooled without its own predecessor, is dropped).
+    const int64_t first = comp.overlap ? std::max<int64_t>(c0 - 1, 0) : c0;
+    const int64_t from = first * rate - len + Kc, count = (c1 - first) * rate;  // slots of the views
+    GLINT_ASSERT(from >= 0, "deepseek_v4 decoding: block ", first, " of row ", b, " is no longer kept");
+    at::Tensor e = comp.entries(kv[b].narrow(0, from, count), gate[b].narrow(0, from, count),
+                                cos[b].narrow(0, from, count), sin[b].narrow(0, from, count));
+    reserve_slots(store, 1, c1, {B, 0, comp.dim}, e.options());
+    store[b].narrow(0, c0, c1 - c0).copy_(e.narrow(0, c0 - first, c1 - c0));
+  }
+  return most;
+}
+
+}  // namespace
+
+at::Tensor DeepseekV4AttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
+  const SequenceLayout& layout = ctx.layout;
+  GLINT_ASSERT(x.dim() == 3 && layout.rows == x.size(0) && layout.seq_len == x.size(1), "deepseek_v4 attention over ",
+               x.sizes(), " with a layout of [", layout.rows, ", ", layout.seq_len, "]");
+  const RotaryTables& rope = rope_tables(ctx, x);
+  Projected p = project(*this, x, rope);
+  return grouped_output(*this, attend_sequences(*this, x, p, rope, ctx), rope);
+}
+
+const RotaryTables& DeepseekV4AttentionImpl::rope_tables(const LayerContext& ctx, const at::Tensor& x) const {
+  const RotaryTables& r = ctx.rope.at(kind == kDeepseekV4Sliding ? 0 : 1);
+  GLINT_ASSERT(r.cos.size(-1) == rope_dim && r.cos.size(0) == x.size(0) && r.cos.size(1) == x.size(1),
+               "deepseek_v4 rope tables ", r.cos.sizes(), " for x ", x.sizes(), " and ", rope_dim, " rope dims");
+  return r;
+}
+
+at::Tensor DeepseekV4AttentionImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
+  if (!keeps_decode_state()) return history_forward(*this, x, ctx);
+  GLINT_ASSERT(ctx.cache != nullptr && x.dim() == 3, "deepseek_v4 forward_cached without a cache");
+  const DecodeCache& cache = *ctx.cache;
+  auto& st = ctx.cache->state<DeepseekV4DecodeState>(this, [] { return std::make_unique<DeepseekV4DecodeState>(); });
+  const int64_t B = x.size(0), S = x.size(1), N = num_heads, D = head_dim, Kw = window - 1;
+  const RotaryTables& rope = rope_tables(ctx, x);
+  Projected p = project(*this, x, rope);
+  at::Tensor keys = append_recent(st.window_kv, Kw, p.kv, cache);  // [B,Kw+S,D]
+
+  // The compressor's (and CSA's indexer's) unfinished blocks, and the entries completed now.
+  int64_t E = 0;  // entries of the longest row
+  const auto& ix = compressor ? compressor->indexer : nullptr;
+  if (compressor) {
+    const int64_t m = compressor->rate, Kc = compressor->overlap ? 2 * m - 1 : m - 1;
+    at::Tensor cos = append_recent(st.ccos, Kc, rope.cos, cache), sin = append_recent(st.csin, Kc, rope.sin, cache);
+    at::Tensor ckv = append_recent(st.ckv, Kc, compressor->kv_proj->forward(x), cache);
+    at::Tensor cgate = append_recent(st.cgate, Kc, compressor->gate_proj->forward(x), cache);
+    E = add_entries(*compressor, st.entries, ckv, cgate, cos, sin, Kc, cache);
+    if (ix) {
+      at::NoGradGuard no_grad;
+      GLINT_ASSERT(ix->rate == m, "deepseek_v4: indexer rate ", ix->rate, ", compressor rate ", m);
+      at::Tensor ikv = append_recent(st.ikv, Kc, ix->kv_proj->forward(x), cache);
+      at::Tensor igate = append_recent(st.igate, Kc, ix->gate_proj->forward(x), cache);
+      add_entries(*ix, st.ikeys, ikv, igate, cos, sin, Kc, cache);
+    }
+  }
+  // Whole prompts: the blocked kernels of forward, the state built above for what follows.
+  if (cache.prefill()) return grouped_output(*this, attend_sequences(*this, x, p, rope, ctx), rope);
+
+  const auto cd = compute_type(x);
+  const double scale = 1.0 / std::sqrt(double(D)), inf = std::numeric_limits<double>::infinity();
+  auto lopts = cache.write_index().options();
+  // Query i of row b (position lengths[b] + i) sees slot j of the keys (position
+  // lengths[b] - Kw + j) for i <= j <= i + Kw, from the row's start on.
+  at::Tensor j = at::arange(Kw + S, lopts).view({1, 1, Kw + S}), i = at::arange(S, lopts).view({1, S, 1});
+  at::Tensor start = Kw - at::tensor(cache.lengths(), at::kLong).to(lopts.device()).view({B, 1, 1});
+  at::Tensor seen = (j >= i).logical_and(j <= i + Kw).logical_and(j >= start);  // [B,S,Kw+S]
+  at::Tensor qf = p.q.reshape({B, S * N, D});
+  std::vector<at::Tensor> logits;
+  logits.push_back(at::matmul(qf, keys.transpose(1, 2)).view({B, S, N, Kw + S}).to(cd).mul(scale).masked_fill(
+      seen.logical_not().unsqueeze(2), -inf));
+  at::Tensor entries;
+  if (E > 0) {
+    entries = st.entries.narrow(1, 0, E);  // [B,E,D]
+    // Entry w is complete at position t iff w < (t + 1) / m.
+    at::Tensor visible = at::arange(E, lopts).view({1, 1, E}) <
+                         at::floor_divide(cache.write_index() + 1, compressor->rate).unsqueeze(-1);  // [B,S,E]
+    if (ix && E > ix->topk) {
+      // The indexer's picks: the best min(topk, #visible) visible entries, ties towards the
+      // lower entry (as indexer_selection).
+      at::NoGradGuard no_grad;
+      const int64_t nI = ix->heads, dI = ix->dim;
+      at::Tensor iq = ix->q_b_proj->forward(p.qr).view({B, S, nI, dI});
+      iq = rotate_tail(iq, rope.cos.unsqueeze(2), rope.sin.unsqueeze(2), 1.0).to(cd);
+      at::Tensor wgt = ix->scorer->weights_proj->forward(x).to(cd) * (1.0 / std::sqrt(double(nI)));  // [B,S,nI]
+      at::Tensor ik = st.ikeys.narrow(1, 0, E).to(cd);                                                 // [B,E,dI]
+      at::Tensor s = at::relu(at::matmul(iq.view({B, S * nI, dI}), ik.transpose(1, 2))).view({B, S, nI, E}) *
+                     (1.0 / std::sqrt(double(dI)));
+      at::Tensor score = (s * wgt.unsqueeze(-1)).sum(2).masked_fill(visible.logical_not(), -inf);  // [B,S,E]
+      at::Tensor idx = std::get<1>(at::sort(score, /*stable=*/true, -1, /*descending=*/true)).narrow(-1, 0, ix->topk);
+      visible = at::zeros_like(visible).scatter_(2, idx, visible.gather(2, idx));
+    }
+    logits.push_back(at::matmul(qf, entries.transpose(1, 2)).view({B, S, N, E}).to(cd).mul(scale).masked_fill(
+        visible.logical_not().unsqueeze(2), -inf));
+  }
+  logits.push_back(sinks.to(cd).view({1, 1, N, 1}).expand({B, S, N, 1}));
+  at::Tensor prob = at::softmax(at::cat(logits, -1), -1).to(p.q.scalar_type());  // [B,S,N,Kw+S+E+1]
+  at::Tensor out = at::matmul(prob.narrow(-1, 0, Kw + S).reshape({B, S * N, Kw + S}), keys);
+  if (E > 0) out = out + at::matmul(prob.narrow(-1, Kw + S, E).reshape({B, S * N, E}), entries);
+  return grouped_output(*this, out.view({B, S, N, D}), rope);
 }
 
 double DeepseekV4AttentionImpl::score_macs_per_token(int64_t seq_len) const {

@@ -93,6 +93,12 @@ class DeepseekV4AttentionImpl : public AttentionModule {
   // O(N * D * (query_block + window + L/m)) per token, the entries masked (CSA: to the
   // indexer's picks) rather than gathered.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
+  // Decoding keeps, per row, the window's last keys, the compressors' unfinished blocks and
+  // their finished entries (and CSA's indexer keys): each new token reads that state only,
+  // O(N * D * (window + L/m)) (CSA: the indexer scores every entry, the attention reads
+  // index_topk). Without a window (window 0) every key is needed: the history fallback.
+  at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
+  bool keeps_decode_state() const override { return window > 0; }
   double score_macs_per_token(int64_t seq_len) const override;
 
   std::string kind;                 // the layer type
@@ -108,6 +114,9 @@ class DeepseekV4AttentionImpl : public AttentionModule {
   Linear o_b_proj{nullptr};         // [H,G*R]
   at::Tensor sinks;                 // [N], in the model dtype; the softmax it joins runs in float32
   DeepseekV4Compressor compressor{nullptr};  // CSA / HCA
+
+ private:
+  const RotaryTables& rope_tables(const LayerContext& ctx, const at::Tensor& x) const;  // this layer's tables, checked
 };
 TORCH_MODULE(DeepseekV4Attention);
 
