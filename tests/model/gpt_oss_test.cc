@@ -111,9 +111,9 @@ TEST(GptOss, GradientsOfSinksBiasesClampedGluAndRouterMatchFiniteDifferences) {
         {"experts.down_proj", &ex.down_proj},
         {"experts.down_proj_bias", &ex.down_proj_bias}};
     // Bound 1e-5 with eps 1e-4: float64's round-off of f (|f| ~ 1e2, ~1e-13 absolute)
-    // over 2 eps is ~1e-9, against the smallest gradient entries (fd_check's floor 1e-4)
-    // 1e-5 relative; the central difference's own error is O(eps^2) ~ 1e-8. A wrong term
-    // is off by O(1).
+    // over 2 eps is ~5e-10, against the smallest gradient entries (fd_check's floor 1e-4)
+    // 5e-6 relative; the central difference's own error is O(eps^2) ~ 1e-8. (With eps
+    // 1e-5 the round-off alone reached 1.4e-5.) A wrong term is off by O(1).
     for (const auto& [name, p] : pieces) {
       p->set_requires_grad(true);
       EXPECT_LT(testing::fd_check(f, *p, 12, /*eps=*/1e-4), 1e-5) << name;
