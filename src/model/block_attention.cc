@@ -16,42 +16,55 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One block of query rows [s0, s0 + n) against keys [k0, k0 + m): which (row, key) pairs
-// are hidden, for the rows as laid out in a block (R query heads of a kv head, n rows each).
-at::Tensor block_mask(int64_t s0, int64_t n, int64_t k0, int64_t m, int64_t R, int64_t window,
-                      const c10::Device& device) {
-  at::Tensor i = at::arange(s0, s0 + n, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(1);
-  at::Tensor j = at::arange(k0, k0 + m, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0);
-  at::Tensor hidden = j > i;
-  if (window > 0) hidden = hidden.logical_or(i - j >= window);
-  return R > 1 ? hidden.repeat({R, 1}) : hidden;  // [R*n, m]
-}
+// Layout: queries as [b, G, S, R, D] (the R query heads of a kv head side by side for
+// each token, contiguous), keys and values as [b, G, S, .], all contiguous in the compute
+// type. A block of n tokens is then a contiguous [b, G, n*R, D] slice (rows token-major),
+// and its keys a contiguous [b, G, m, D] slice: no copy per block.
 
-// The first key a block starting at row s0 sees.
+// The first key a block starting at token s0 sees.
 int64_t first_key(int64_t s0, int64_t window) { return window > 0 ? std::max<int64_t>(0, s0 - window + 1) : 0; }
 
-// The scores of one block, masked: [b, G, R*n, m] in the compute type, and the block's
-// queries [b, G, R*n, D] and keys/values [b, G, m, .].
-struct Block {
-  at::Tensor q, k, v, scores, mask;
-};
-
-Block scores_of(const at::Tensor& q5, const at::Tensor& k, const at::Tensor& v, int64_t s0, int64_t n, int64_t k0,
-                int64_t window, double scale, at::ScalarType compute) {
-  const int64_t b = q5.size(0), G = q5.size(1), R = q5.size(2), D = q5.size(4), m = s0 + n - k0;
-  Block o;
-  o.q = q5.narrow(3, s0, n).reshape({b, G, R * n, D}).to(compute);
-  o.k = k.narrow(2, k0, m).to(compute);
-  o.v = v.narrow(2, k0, m).to(compute);
-  o.scores = at::matmul(o.q, o.k.transpose(-1, -2)).mul_(scale);
-  o.mask = block_mask(s0, n, k0, m, R, window, q5.device());
-  o.scores.masked_fill_(o.mask, -std::numeric_limits<double>::infinity());
-  return o;
+// Which (row, key) pairs a block hides: rows (token s0 + i, head r) at i*R + r, keys
+// [k0, k0 + m) -> [n*R, m]. Without a window only the last n keys (the block's own
+// tokens) can be hidden: then [n*R, n] for those keys alone.
+at::Tensor block_mask(int64_t s0, int64_t n, int64_t k0, int64_t m, int64_t R, int64_t window,
+                      const c10::Device& device) {
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor i = at::arange(s0, s0 + n, longs).unsqueeze(1);
+  at::Tensor j = window > 0 ? at::arange(k0, k0 + m, longs).unsqueeze(0) : at::arange(s0, s0 + n, longs).unsqueeze(0);
+  at::Tensor hidden = j > i;
+  if (window > 0) hidden = hidden.logical_or(i - j >= window);
+  return R > 1 ? hidden.repeat_interleave(R, 0) : hidden;
 }
 
-// Each row's sink logit [G, R*n] for a block of n rows.
+// The masked scores of one block [b, G, n*R, m]: queries already scaled.
+at::Tensor block_scores(const at::Tensor& qb, const at::Tensor& kb, int64_t s0, int64_t n, int64_t k0, int64_t R,
+                        int64_t window) {
+  const int64_t m = kb.size(2);
+  at::Tensor scores = at::matmul(qb, kb.transpose(-1, -2));
+  at::Tensor mask = block_mask(s0, n, k0, m, R, window, qb.device());
+  (window > 0 ? scores : scores.narrow(-1, m - n, n)).masked_fill_(mask, -std::numeric_limits<double>::infinity());
+  return scores;
+}
+
+// Each row's sink logit [G, n*R] for a block of n tokens.
 at::Tensor sink_rows(const at::Tensor& sinks, int64_t G, int64_t R, int64_t n, at::ScalarType compute) {
-  return sinks.to(compute).view({G, R, 1}).expand({G, R, n}).reshape({G, R * n});
+  return sinks.to(compute).view({G, 1, R}).expand({G, n, R}).reshape({G, n * R});
+}
+
+// [b, N, S, D] (N = G*R, any strides) -> [b, G, S, R, D] contiguous in `dtype`, times `scale`.
+at::Tensor token_major(const at::Tensor& t, int64_t G, at::ScalarType dtype, double scale = 1) {
+  const int64_t b = t.size(0), N = t.size(1), S = t.size(2), D = t.size(3);
+  at::Tensor p = t.reshape({b, G, N / G, S, D}).permute({0, 1, 3, 2, 4});
+  at::Tensor out = at::empty({b, G, S, N / G, D}, t.options().dtype(dtype));
+  out.copy_(p);
+  return scale == 1 ? out : out.mul_(scale);
+}
+
+// [b, G, S, R, D] -> [b, N, S, D] (a view).
+at::Tensor head_major(const at::Tensor& t) {
+  const int64_t b = t.size(0), G = t.size(1), S = t.size(2), R = t.size(3), D = t.size(4);
+  return t.permute({0, 1, 3, 2, 4}).reshape({b, G * R, S, D});
 }
 
 struct BlockAttention : torch::autograd::Function<BlockAttention> {
@@ -59,61 +72,68 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& sinks_or_empty, double scale, int64_t window, int64_t block) {
     const at::Tensor sinks = sinks_or_empty.numel() > 0 ? sinks_or_empty : at::Tensor();
-    const int64_t b = q.size(0), N = q.size(1), S = q.size(2), G = k.size(1), R = N / G, Dv = v.size(3);
+    const int64_t b = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), G = k.size(1), R = N / G,
+                  Dv = v.size(3);
     const auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    at::Tensor q5 = q.reshape({b, G, R, S, q.size(3)});
-    at::Tensor out = at::empty({b, G, R, S, Dv}, q.options());
-    at::Tensor lse = at::empty({b, G, R, S}, q.options().dtype(compute));
+    at::Tensor qs = token_major(q, G, compute, scale);                      // [b, G, S, R, D], scaled
+    at::Tensor kc = k.to(compute).contiguous(), vc = v.to(compute).contiguous();  // [b, G, S, .]
+    at::Tensor out = at::empty({b, G, S, R, Dv}, q.options().dtype(compute));
+    at::Tensor lse = at::empty({b, G, S, R}, q.options().dtype(compute));
     for (int64_t s0 = 0; s0 < S; s0 += block) {
-      const int64_t n = std::min(block, S - s0), k0 = first_key(s0, window);
-      Block bl = scores_of(q5, k, v, s0, n, k0, window, scale, compute);
-      at::Tensor row_lse = at::logsumexp(bl.scores, -1);  // [b, G, R*n]
+      const int64_t n = std::min(block, S - s0), k0 = first_key(s0, window), m = s0 + n - k0;
+      at::Tensor qb = qs.narrow(2, s0, n).view({b, G, n * R, D});
+      at::Tensor p = block_scores(qb, kc.narrow(2, k0, m), s0, n, k0, R, window);  // [b, G, n*R, m]
+      at::Tensor row_lse = at::logsumexp(p, -1);                                    // [b, G, n*R]
       if (sinks.defined()) row_lse = at::logaddexp(row_lse, sink_rows(sinks, G, R, n, compute));
-      at::Tensor p = bl.scores.sub_(row_lse.unsqueeze(-1)).exp_();
-      out.narrow(3, s0, n).copy_(at::matmul(p, bl.v).view({b, G, R, n, Dv}));
-      lse.narrow(3, s0, n).copy_(row_lse.view({b, G, R, n}));
+      p.sub_(row_lse.unsqueeze(-1)).exp_();
+      out.narrow(2, s0, n).view({b, G, n * R, Dv}).copy_(at::matmul(p, vc.narrow(2, k0, m)));
+      lse.narrow(2, s0, n).view({b, G, n * R}).copy_(row_lse);
     }
-    ctx->save_for_backward({q, k, v, sinks_or_empty, out, lse});
+    ctx->save_for_backward({qs, kc, vc, sinks_or_empty, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["window"] = window;
     ctx->saved_data["block"] = block;
-    return out.view({b, N, S, Dv});
+    ctx->saved_data["types"] = std::vector<int64_t>{int64_t(q.scalar_type()), int64_t(k.scalar_type()),
+                                                   int64_t(v.scalar_type())};
+    return head_major(out).to(q.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[4], &lse = saved[5];
+    const at::Tensor &qs = saved[0], &kc = saved[1], &vc = saved[2], &out = saved[4], &lse = saved[5];
     const at::Tensor sinks = saved[3].numel() > 0 ? saved[3] : at::Tensor();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t window = ctx->saved_data["window"].toInt(), block = ctx->saved_data["block"].toInt();
-    const int64_t b = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), G = k.size(1), R = N / G,
-                  Dv = v.size(3);
+    const std::vector<int64_t> types = ctx->saved_data["types"].toIntVector();
+    const int64_t b = qs.size(0), G = qs.size(1), S = qs.size(2), R = qs.size(3), D = qs.size(4),
+                  Dv = vc.size(3);
     const auto compute = lse.scalar_type();
-    at::Tensor q5 = q.reshape({b, G, R, S, D});
-    at::Tensor dout = grad_out[0].reshape({b, G, R, S, Dv}).to(compute);
-    at::Tensor delta = (dout * out.to(compute)).sum(-1);  // [b, G, R, S]: rowsum(dO * O)
-    at::Tensor dq = at::empty({b, G, R, S, D}, lse.options());
+    at::Tensor dout = token_major(grad_out[0], G, compute);         // [b, G, S, R, Dv]
+    at::Tensor delta = (dout * out).sum(-1);                        // [b, G, S, R]: rowsum(dO * O)
+    at::Tensor dq = at::empty({b, G, S, R, D}, lse.options());      // d(scaled q) until the end
     at::Tensor dk = at::zeros({b, G, S, D}, lse.options()), dv = at::zeros({b, G, S, Dv}, lse.options());
     const bool want_sinks = sinks.defined() && ctx->needs_input_grad(3);
     at::Tensor dsinks = want_sinks ? at::zeros({G, R}, lse.options()) : at::Tensor();
     for (int64_t s0 = 0; s0 < S; s0 += block) {
       const int64_t n = std::min(block, S - s0), k0 = first_key(s0, window), m = s0 + n - k0;
-      Block bl = scores_of(q5, k, v, s0, n, k0, window, scale, compute);
-      at::Tensor row_lse = lse.narrow(3, s0, n).reshape({b, G, R * n});
-      at::Tensor row_delta = delta.narrow(3, s0, n).reshape({b, G, R * n});
-      at::Tensor p = bl.scores.sub_(row_lse.unsqueeze(-1)).exp_();              // [b, G, R*n, m]
-      at::Tensor dob = dout.narrow(3, s0, n).reshape({b, G, R * n, Dv});
+      at::Tensor qb = qs.narrow(2, s0, n).view({b, G, n * R, D});
+      at::Tensor kb = kc.narrow(2, k0, m), vb = vc.narrow(2, k0, m);
+      at::Tensor row_lse = lse.narrow(2, s0, n).view({b, G, n * R});
+      at::Tensor row_delta = delta.narrow(2, s0, n).view({b, G, n * R});
+      at::Tensor p = block_scores(qb, kb, s0, n, k0, R, window).sub_(row_lse.unsqueeze(-1)).exp_();
+      at::Tensor dob = dout.narrow(2, s0, n).view({b, G, n * R, Dv});
       dv.narrow(2, k0, m).add_(at::matmul(p.transpose(-1, -2), dob));
-      at::Tensor ds = at::matmul(dob, bl.v.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p).mul_(scale);
-      dq.narrow(3, s0, n).copy_(at::matmul(ds, bl.k).view({b, G, R, n, D}));
-      dk.narrow(2, k0, m).add_(at::matmul(ds.transpose(-1, -2), bl.q));
+      at::Tensor ds = at::matmul(dob, vb.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p);
+      dq.narrow(2, s0, n).view({b, G, n * R, D}).copy_(at::matmul(ds, kb));
+      dk.narrow(2, k0, m).add_(at::matmul(ds.transpose(-1, -2), qb));
       if (want_sinks) {  // d lse / d sink = p_sink; d out . dO through lse: -p_sink * delta
-        at::Tensor p_sink = (sink_rows(sinks, G, R, n, compute) - row_lse).exp_();  // [b, G, R*n]
-        dsinks.sub_((p_sink * row_delta).view({b, G, R, n}).sum(at::IntArrayRef{0, 3}));
+        at::Tensor p_sink = (sink_rows(sinks, G, R, n, compute) - row_lse).exp_();  // [b, G, n*R]
+        dsinks.sub_((p_sink * row_delta).view({b, G, n, R}).sum(at::IntArrayRef{0, 2}));
       }
     }
-    return {dq.view({b, N, S, D}).to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()),
-            want_sinks ? dsinks.view({N}).to(sinks.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(),
+    const auto type = [&](size_t i) { return c10::ScalarType(types[i]); };
+    return {head_major(dq.mul_(scale)).to(type(0)), dk.to(type(1)), dv.to(type(2)),
+            want_sinks ? dsinks.view({G * R}).to(sinks.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor()};
   }
 };

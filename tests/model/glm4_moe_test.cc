@@ -94,11 +94,12 @@ TEST(Glm4Moe, GradientsOfBiasesNormsPartialRopeAndRouterMatchFiniteDifferences) 
       {"gate.weight", &moe_layer->moe->gate->weight},
       {"shared_experts.down_proj.weight", &moe_layer->moe->shared_experts->down_proj->weight},
       {"experts.gate_up_proj", &moe_layer->moe->experts->gate_up_proj}};
-  // Central differences at eps 1e-5: at 1e-6 the experts' smallest gradient entries sit
-  // at float64's round-off of f.
+  // Central differences at eps 1e-4: at 1e-6 the experts' smallest gradient entries sit
+  // at float64's round-off of f, and at 1e-5 that round-off reached 1.6e-6 relative; the
+  // central difference's own error is O(eps^2) ~ 1e-8.
   for (const auto& [name, p] : pieces) {
     p->set_requires_grad(true);
-    EXPECT_LT(testing::fd_check(f, *p, 12, /*eps=*/1e-5), 1e-6) << name;
+    EXPECT_LT(testing::fd_check(f, *p, 12, /*eps=*/1e-4), 1e-6) << name;
     p->set_requires_grad(false);
   }
 }
