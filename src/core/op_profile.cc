@@ -134,13 +134,19 @@ struct Profiler::Data {
 
 namespace {
 
-Profiler::Data* g_data = nullptr;  // the running profile's (set while active)
+// The running profile's data, or null. Read by every thread that runs an operator.
+std::atomic<Profiler::Data*> g_data{nullptr};
 
-bool on_owner() { return g_data && std::this_thread::get_id() == g_data->owner; }
+// The running profile when this thread is the one it profiles, else null.
+Profiler::Data* owned() {
+  Profiler::Data* d = g_data.load(std::memory_order_acquire);
+  return d && std::this_thread::get_id() == d->owner ? d : nullptr;
+}
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  if (!on_owner()) return nullptr;
-  Profiler::Data& d = *g_data;
+  Profiler::Data* running = owned();
+  if (!running) return nullptr;
+  Profiler::Data& d = *running;
   Frame f;
   f.op = fn.name();
   f.phase = d.phase();
@@ -158,7 +164,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 }
 
 void on_end(const at::RecordFunction&, at::ObserverContext*) {
-  if (on_owner()) g_data->pop();
+  if (Profiler::Data* d = owned()) d->pop();
 }
 
 }  // namespace
@@ -166,8 +172,9 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
 namespace detail {
 
 void push_scope(const char* name, bool phase) {
-  if (!on_owner()) return;
-  Profiler::Data& d = *g_data;
+  Profiler::Data* running = owned();
+  if (!running) return;
+  Profiler::Data& d = *running;
   Frame f;
   f.phase = phase ? name : d.phase();
   f.region = phase ? kNoRegion : name;
@@ -176,7 +183,7 @@ void push_scope(const char* name, bool phase) {
 }
 
 void pop_scope() {
-  if (on_owner()) g_data->pop();
+  if (Profiler::Data* d = owned()) d->pop();
 }
 
 }  // namespace detail
@@ -187,11 +194,11 @@ Profiler::~Profiler() { stop(); }
 
 void Profiler::start() {
   if (running_) return;
-  GLINT_CHECK(!g_data, "a profile is already running in this process");
+  GLINT_CHECK(!g_data.load(), "a profile is already running in this process");
   data_->owner = std::this_thread::get_id();
   data_->stack.clear();
   data_->node_region.clear();
-  g_data = data_.get();
+  g_data.store(data_.get(), std::memory_order_release);
   data_->handle = at::addGlobalCallback(
       at::RecordFunctionCallback(&on_start, &on_end)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
@@ -207,7 +214,7 @@ void Profiler::stop() {
   at::removeCallback(data_->handle);
   data_->observer.reset();
   detail::g_active.store(false);
-  g_data = nullptr;
+  g_data.store(nullptr, std::memory_order_release);
   data_->stack.clear();
   running_ = false;
 }

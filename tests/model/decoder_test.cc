@@ -157,14 +157,16 @@ TEST(Model, LossGradientsMatchFiniteDifferences) {
   auto f = [&] {
     return token_cross_entropy(*m, m->forward(row(kIds), row(kPos), row(kSeg)).hidden, row(labels)).sum();
   };
-  // eps 1e-5: the loss sums several cross-entropies, so a 1e-6 step drowns small gradient
-  // entries in rounding noise; the routing margin above keeps top-k fixed for either step.
+  // eps 1e-4: the loss sums several cross-entropies, so a small step drowns small gradient
+  // entries in rounding noise (at 1e-5 one ulp of the loss was 1.8e-6 relative on the
+  // router's smallest entries); the central difference's own error is O(eps^2) ~ 1e-8, and
+  // the routing margin above (1e-3) keeps top-k fixed for either step.
   auto params = m->named_parameters();
   for (const char* name : {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
                            "model.layers.0.self_attn.k_proj.bias", "model.layers.0.mlp.gate.weight",
                            "model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.down_proj.weight",
                            "model.layers.1.self_attn.q_norm.weight", "model.norm.weight", "lm_head.weight"})
-    EXPECT_LT(fd_check(f, params[name], 10, 1e-5), 1e-6) << name;
+    EXPECT_LT(fd_check(f, params[name], 10, 1e-4), 1e-6) << name;
 }
 
 TEST(Model, TokenCrossEntropyAndLossPartsMatchNaiveFormulas) {
