@@ -17,9 +17,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Layout: queries as [b, G, S, R, D] (the R query heads of a kv head side by side for
-// each token, contiguous), keys and values as [b, G, S, .], all contiguous in the compute
-// type. A block of n tokens is then a contiguous [b, G, n*R, D] slice (rows token-major),
-// and its keys a contiguous [b, G, m, D] slice: no copy per block.
+// each token, contiguous), keys and values as [b, G, S, .], all contiguous and kept in the
+// inputs' dtypes (a bf16 model saves bf16 for backward). A block of n tokens is then a
+// contiguous [b, G, n*R, D] slice (rows token-major) and its keys a contiguous
+// [b, G, m, D] slice, taken to the compute type block by block (no copy in float32).
 
 // The first key a block starting at token s0 sees.
 int64_t first_key(int64_t s0, int64_t window) { return window > 0 ? std::max<int64_t>(0, s0 - window + 1) : 0; }
@@ -52,13 +53,17 @@ at::Tensor sink_rows(const at::Tensor& sinks, int64_t G, int64_t R, int64_t n, a
   return sinks.to(compute).view({G, 1, R}).expand({G, n, R}).reshape({G, n * R});
 }
 
-// [b, N, S, D] (N = G*R, any strides) -> [b, G, S, R, D] contiguous in `dtype`, times `scale`.
-at::Tensor token_major(const at::Tensor& t, int64_t G, at::ScalarType dtype, double scale = 1) {
+// [b, N, S, D] (N = G*R, any strides) -> [b, G, S, R, D] contiguous in `dtype`.
+at::Tensor token_major(const at::Tensor& t, int64_t G, at::ScalarType dtype) {
   const int64_t b = t.size(0), N = t.size(1), S = t.size(2), D = t.size(3);
-  at::Tensor p = t.reshape({b, G, N / G, S, D}).permute({0, 1, 3, 2, 4});
   at::Tensor out = at::empty({b, G, S, N / G, D}, t.options().dtype(dtype));
-  out.copy_(p);
-  return scale == 1 ? out : out.mul_(scale);
+  return out.copy_(t.reshape({b, G, N / G, S, D}).permute({0, 1, 3, 2, 4}));
+}
+
+// The scaled queries of the block of n tokens at s0 [b, G, n*R, D], in the compute type.
+at::Tensor block_queries(const at::Tensor& qt, int64_t s0, int64_t n, double scale, at::ScalarType compute) {
+  const int64_t b = qt.size(0), G = qt.size(1), R = qt.size(3), D = qt.size(4);
+  return qt.narrow(2, s0, n).view({b, G, n * R, D}).to(compute).mul(scale);
 }
 
 // [b, G, S, R, D] -> [b, N, S, D] (a view).
@@ -75,49 +80,49 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
     const int64_t b = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), G = k.size(1), R = N / G,
                   Dv = v.size(3);
     const auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    at::Tensor qs = token_major(q, G, compute, scale);                      // [b, G, S, R, D], scaled
-    at::Tensor kc = k.to(compute).contiguous(), vc = v.to(compute).contiguous();  // [b, G, S, .]
-    at::Tensor out = at::empty({b, G, S, R, Dv}, q.options().dtype(compute));
+    at::Tensor qt = token_major(q, G, q.scalar_type());        // [b, G, S, R, D]
+    at::Tensor kt = k.contiguous(), vt = v.contiguous();        // [b, G, S, .]
+    at::Tensor out = at::empty({b, G, S, R, Dv}, q.options());  // in q's dtype, as returned
     at::Tensor lse = at::empty({b, G, S, R}, q.options().dtype(compute));
     for (int64_t s0 = 0; s0 < S; s0 += block) {
       const int64_t n = std::min(block, S - s0), k0 = first_key(s0, window), m = s0 + n - k0;
-      at::Tensor qb = qs.narrow(2, s0, n).view({b, G, n * R, D});
-      at::Tensor p = block_scores(qb, kc.narrow(2, k0, m), s0, n, k0, R, window);  // [b, G, n*R, m]
-      at::Tensor row_lse = at::logsumexp(p, -1);                                    // [b, G, n*R]
+      at::Tensor qb = block_queries(qt, s0, n, scale, compute);
+      at::Tensor p = block_scores(qb, kt.narrow(2, k0, m).to(compute), s0, n, k0, R, window);  // [b, G, n*R, m]
+      at::Tensor row_lse = at::logsumexp(p, -1);                                               // [b, G, n*R]
       if (sinks.defined()) row_lse = at::logaddexp(row_lse, sink_rows(sinks, G, R, n, compute));
       p.sub_(row_lse.unsqueeze(-1)).exp_();
-      out.narrow(2, s0, n).view({b, G, n * R, Dv}).copy_(at::matmul(p, vc.narrow(2, k0, m)));
+      out.narrow(2, s0, n).view({b, G, n * R, Dv}).copy_(at::matmul(p, vt.narrow(2, k0, m).to(compute)));
       lse.narrow(2, s0, n).view({b, G, n * R}).copy_(row_lse);
     }
-    ctx->save_for_backward({qs, kc, vc, sinks_or_empty, out, lse});
+    ctx->save_for_backward({qt, kt, vt, sinks_or_empty, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["window"] = window;
     ctx->saved_data["block"] = block;
     ctx->saved_data["types"] = std::vector<int64_t>{int64_t(q.scalar_type()), int64_t(k.scalar_type()),
                                                    int64_t(v.scalar_type())};
-    return head_major(out).to(q.scalar_type());
+    return head_major(out);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor &qs = saved[0], &kc = saved[1], &vc = saved[2], &out = saved[4], &lse = saved[5];
+    const at::Tensor &qt = saved[0], &kt = saved[1], &vt = saved[2], &out = saved[4], &lse = saved[5];
     const at::Tensor sinks = saved[3].numel() > 0 ? saved[3] : at::Tensor();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t window = ctx->saved_data["window"].toInt(), block = ctx->saved_data["block"].toInt();
     const std::vector<int64_t> types = ctx->saved_data["types"].toIntVector();
-    const int64_t b = qs.size(0), G = qs.size(1), S = qs.size(2), R = qs.size(3), D = qs.size(4),
-                  Dv = vc.size(3);
+    const int64_t b = qt.size(0), G = qt.size(1), S = qt.size(2), R = qt.size(3), D = qt.size(4),
+                  Dv = vt.size(3);
     const auto compute = lse.scalar_type();
     at::Tensor dout = token_major(grad_out[0], G, compute);         // [b, G, S, R, Dv]
-    at::Tensor delta = (dout * out).sum(-1);                        // [b, G, S, R]: rowsum(dO * O)
+    at::Tensor delta = (dout * out.to(compute)).sum(-1);            // [b, G, S, R]: rowsum(dO * O)
     at::Tensor dq = at::empty({b, G, S, R, D}, lse.options());      // d(scaled q) until the end
     at::Tensor dk = at::zeros({b, G, S, D}, lse.options()), dv = at::zeros({b, G, S, Dv}, lse.options());
     const bool want_sinks = sinks.defined() && ctx->needs_input_grad(3);
     at::Tensor dsinks = want_sinks ? at::zeros({G, R}, lse.options()) : at::Tensor();
     for (int64_t s0 = 0; s0 < S; s0 += block) {
       const int64_t n = std::min(block, S - s0), k0 = first_key(s0, window), m = s0 + n - k0;
-      at::Tensor qb = qs.narrow(2, s0, n).view({b, G, n * R, D});
-      at::Tensor kb = kc.narrow(2, k0, m), vb = vc.narrow(2, k0, m);
+      at::Tensor qb = block_queries(qt, s0, n, scale, compute);
+      at::Tensor kb = kt.narrow(2, k0, m).to(compute), vb = vt.narrow(2, k0, m).to(compute);
       at::Tensor row_lse = lse.narrow(2, s0, n).view({b, G, n * R});
       at::Tensor row_delta = delta.narrow(2, s0, n).view({b, G, n * R});
       at::Tensor p = block_scores(qb, kb, s0, n, k0, R, window).sub_(row_lse.unsqueeze(-1)).exp_();
