@@ -8,8 +8,8 @@
 
 #include "core/compat.h"
 #include "core/error.h"
-#include "core/op_profile.h"
 #include "core/grouped_linear.h"
+#include "core/op_profile.h"
 
 namespace glint {
 
@@ -84,8 +84,9 @@ at::Tensor row_bias(const at::Tensor& bias, const std::vector<int64_t>& counts) 
 
 at::Tensor ExpertsImpl::project(const at::Tensor& x, const at::Tensor& w, const ExpertAdapter* adapter,
                                 const std::vector<int64_t>& counts, const at::Tensor& tags) const {
-  // One GEMM kernel over every group (a GPU's grouped GEMM) takes the adapter apart;
-  // elsewhere the base GEMMs and a plain LoRA's run on each group's rows in place.
+  // Where one grouped-GEMM kernel runs (a GPU's), the adapter's update is added after it;
+  // elsewhere the base GEMMs and a plain LoRA's two thin ones run on each group's rows of
+  // one output (grouped_linear). A tenant bank's update picks rows by tag: added after.
   const bool one_kernel = compat::grouped_mm_available(x, w);
   const ExpertAdapter::LowRank lora =
       adapter && !one_kernel ? adapter->low_rank(x.scalar_type()) : ExpertAdapter::LowRank{};
