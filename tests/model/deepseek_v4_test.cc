@@ -67,6 +67,13 @@ void randomize_v4(CausalLMImpl& m, uint64_t seed) {
     if (item.value().is_floating_point()) item.value().copy_(0.2 * at::randn(item.value().sizes(), item.value().options()));
 }
 
+// The test config with a sliding window of `window` tokens (0: none).
+json v4_window_json(int64_t window) {
+  json j = v4_json();
+  j["sliding_window"] = window > 0 ? json(window) : json(nullptr);
+  return j;
+}
+
 // Every tensor of the model under transformers' names.
 std::map<std::string, at::Tensor> hf_weights(CausalLMImpl& m) {
   std::map<std::string, at::Tensor> out;
@@ -79,8 +86,7 @@ std::map<std::string, at::Tensor> hf_weights(CausalLMImpl& m) {
 TEST(DeepseekV4, LogitsMatchTheNaiveReference) {
   for (int64_t window : {6, 0}) {
     SCOPED_TRACE("sliding_window " + std::to_string(window));
-    json j = v4_json();
-    j["sliding_window"] = window > 0 ? json(window) : json(nullptr);
+    json j = v4_window_json(window);
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
     randomize_v4(*m, 1 + window);
     // 21 tokens: 5 CSA windows of 4 (one token left over), 2 HCA windows of 8, more
@@ -451,9 +457,7 @@ TEST(DeepseekV4, BadConfigsAreNamed) {
 TEST(DeepseekV4, CachedDecodingEqualsRecomputationAcrossBlocks) {
   for (int64_t window : {5, 0}) {
     SCOPED_TRACE("sliding_window " + std::to_string(window));
-    json j = v4_json();
-    j["sliding_window"] = window > 0 ? json(window) : json(nullptr);
-    CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
+    CausalLM m(ModelConfig::from_json(v4_window_json(window), "test config"), kF64);
     randomize_v4(*m, 7 + window);
     for (int64_t l = 0; l < m->config.num_hidden_layers; ++l)
       EXPECT_EQ(m->layer(l)->self_attn->keeps_decode_state(), window > 0) << "layer " << l;
