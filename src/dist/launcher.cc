@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -64,26 +65,35 @@ void LaunchOptions::validate() const {
   GLINT_USAGE_CHECK(!command.empty(), "launch: no command given (usage: glint launch -n N -- CMD ...)");
 }
 
-int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  GLINT_CHECK(fd >= 0, "launch: socket() failed: ", std::strerror(errno));
+ReservedPort::ReservedPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  GLINT_CHECK(fd_ >= 0, "launch: socket() failed: ", std::strerror(errno));
+  int on = 1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof addr;
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  GLINT_CHECK(ok, "launch: cannot find a free port: ", std::strerror(errno));
-  return ntohs(addr.sin_port);
+  bool ok = ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+            ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (!ok) {
+    int err = errno;
+    ::close(fd_);
+    fail("launch: cannot find a free port: ", std::strerror(err));
+  }
+  port_ = ntohs(addr.sin_port);
 }
+
+ReservedPort::~ReservedPort() { ::close(fd_); }
 
 int launch(const LaunchOptions& o) {
   o.validate();
   // One node picks a free port; the nodes of a multi-node job must agree on one without
   // talking, so they take torchrun's default.
-  int port = o.master_port ? o.master_port : o.nnodes > 1 ? 29500 : free_tcp_port();
+  std::optional<ReservedPort> reserved;
+  if (!o.master_port && o.nnodes == 1) reserved.emplace();
+  int port = o.master_port ? o.master_port : o.nnodes > 1 ? 29500 : reserved->port();
   const int world = o.nnodes * o.nproc, first = o.node_rank * o.nproc;
   if (o.nnodes > 1)
     std::fprintf(stderr, "glint launch: node %d of %d: ranks %d-%d of %d, rendezvous at %s:%d\n", o.node_rank,

@@ -31,7 +31,21 @@ struct LaunchOptions {
 // them all at once and returns 128 + signal.
 int launch(const LaunchOptions& options);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_tcp_port();
+// A free TCP port on 127.0.0.1, held until this object goes: its socket stays bound
+// (with SO_REUSEADDR, not listening), so the kernel hands the port to no other bind(0)
+// or outgoing connection, while the rendezvous store, which binds with SO_REUSEADDR
+// too, can still listen on it. Releasing the port between choosing and binding it let
+// another job's connections take it.
+class ReservedPort {
+ public:
+  ReservedPort();
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+};
 
 }  // namespace glint

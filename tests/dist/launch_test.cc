@@ -1,8 +1,13 @@
 // Multi-rank tests: real processes on 127.0.0.1 started through `glint launch`.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +27,34 @@ using glint::testing::RunResult;
 // `glint launch -n N -- ARGS`, as a command line.
 std::string launch_command(int n, const std::string& args) {
   return std::string(GLINT_BINARY) + " launch -n " + std::to_string(n) + " -- " + args;
+}
+
+// Binds a TCP socket to 127.0.0.1:port, with or without SO_REUSEADDR, and listens; the
+// errno of the failure, 0 when it listens.
+int listen_on(int port, bool reuse) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int on = reuse ? 1 : 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(uint16_t(port));
+  int err = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && ::listen(fd, 1) == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+// The launcher's port stays taken for everything else while it picks it and the ranks
+// start: a plain bind fails, and so does every bind(0) the kernel answers meanwhile;
+// the store (SO_REUSEADDR, as libtorch's and libuv's listeners set) still listens on it.
+TEST(DistLaunch, ReservedPortIsTakenForOthersButNotForTheStore) {
+  glint::ReservedPort reserved;
+  EXPECT_EQ(listen_on(reserved.port(), false), EADDRINUSE);
+  for (int i = 0; i < 200; ++i) {
+    glint::ReservedPort other;
+    ASSERT_NE(other.port(), reserved.port());
+  }
+  EXPECT_EQ(listen_on(reserved.port(), true), 0);
 }
 
 TEST(DistComm, CollectivesMatchHandDerivedValues) {
@@ -100,7 +133,8 @@ TEST(DistLaunch, SecondNodeOfTwoGetsTorchrunsEnvironment) {
 }
 
 TEST(DistLaunch, TakenPortAndWorldSizeMismatchAreClearErrors) {
-  int port = glint::free_tcp_port();
+  glint::ReservedPort reserved;
+  int port = reserved.port();
   // Two rank-0 processes on one port: the second cannot host the store.
   std::string worker = std::string(GLINT_DIST_WORKER) + " comm";
   std::string env = "GLINT_DIST_TIMEOUT_SECONDS=5 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);
@@ -114,8 +148,9 @@ TEST(DistLaunch, TakenPortAndWorldSizeMismatchAreClearErrors) {
   EXPECT_EQ(m.exit_code, 1) << m.output;
   EXPECT_NE(m.output.find("rank 3 is not below the world size 2"), std::string::npos) << m.output;
   // Nobody hosts the store: the timeout ends the wait with a message.
+  glint::ReservedPort unused;
   RunResult u = run("GLINT_DIST_TIMEOUT_SECONDS=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                    std::to_string(glint::free_tcp_port()) + " RANK=1 WORLD_SIZE=2 " + worker);
+                    std::to_string(unused.port()) + " RANK=1 WORLD_SIZE=2 " + worker);
   EXPECT_EQ(u.exit_code, 1) << u.output;
   EXPECT_NE(u.output.find("rendezvous"), std::string::npos) << u.output;
   EXPECT_LT(u.seconds, 30);
@@ -145,7 +180,8 @@ TEST(DistLaunch, TrainingRankKilledMidRunEndsTheJob) {
   EXPECT_LT(r.seconds, 60) << r.output;
 
   // No launcher: rank 0 notices the lost peer in its next collective.
-  int port = glint::free_tcp_port();
+  glint::ReservedPort reserved;
+  int port = reserved.port();
   std::string env = "GLINT_DIST_TIMEOUT_SECONDS=10 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                     " WORLD_SIZE=2 ";
   RunResult solo = run("(RANK=0 " + env + train + "_b0 & p0=$!; RANK=1 " + env + train +

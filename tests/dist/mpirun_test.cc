@@ -29,7 +29,8 @@ TEST(Mpirun, TrainUnderMpirunMatchesOneProcess) {
   ASSERT_EQ(code, 0) << out;
   std::string mpirun = "mpirun -n 2 --oversubscribe";
   if (geteuid() == 0) mpirun += " --allow-run-as-root";
-  int port = glint::free_tcp_port();
+  glint::ReservedPort reserved;
+  int port = reserved.port();
   out = run_command("GLINT_DIST_TIMEOUT_SECONDS=60 " + mpirun + " -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
                 std::to_string(port) + " " + train + dir + "/w2 --fsdp",
             &code);
