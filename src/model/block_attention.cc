@@ -77,7 +77,7 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& sinks_or_empty, double scale, int64_t window, int64_t block) {
     const at::Tensor sinks = sinks_or_empty.numel() > 0 ? sinks_or_empty : at::Tensor();
-    const int64_t b = q.size(0), N = q.size(1), S = q.size(2), D = q.size(3), G = k.size(1), R = N / G,
+    const int64_t b = q.size(0), N = q.size(1), S = q.size(2), G = k.size(1), R = N / G,
                   Dv = v.size(3);
     const auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor qt = token_major(q, G, q.scalar_type());        // [b, G, S, R, D]
@@ -150,6 +150,23 @@ std::atomic<bool> g_eager{false};
 void set_eager_attention(bool on) { g_eager.store(on); }
 bool eager_attention() { return g_eager.load(); }
 
+namespace {
+
+// The keys a block of queries reads at most: the window (and the block's own span) or S.
+int64_t block_keys(int64_t S, int64_t window) { return window > 0 ? std::min(window + 64, S) : S; }
+
+}  // namespace
+
+int64_t block_attention_rows(int64_t b, int64_t N, int64_t S, int64_t window) {
+  const int64_t rows = std::clamp<int64_t>((int64_t(1) << 22) / std::max<int64_t>(1, b * N * block_keys(S, window)),
+                                           16, 256);
+  return std::max<int64_t>(1, std::min(rows, S));
+}
+
+double block_attention_scores(int64_t b, int64_t N, int64_t S, int64_t window) {
+  return double(b) * double(N) * double(block_attention_rows(b, N, S, window)) * double(block_keys(S, window));
+}
+
 at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
                            const at::Tensor& sinks, int64_t window, int64_t block) {
   GLINT_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
@@ -161,10 +178,7 @@ at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k, const at::T
   GLINT_ASSERT(window >= 0 && block >= 0, "block_attention: window ", window, ", block ", block);
   const int64_t b = q.size(0), N = q.size(1), S = q.size(2);
   if (S == 0) return at::empty({b, N, 0, v.size(3)}, q.options());
-  if (block == 0) {
-    const int64_t keys = window > 0 ? std::min(window + 64, S) : S;
-    block = std::clamp<int64_t>((int64_t(1) << 22) / std::max<int64_t>(1, b * N * keys), 16, 256);
-  }
+  if (block == 0) block = block_attention_rows(b, N, S, window);
   return BlockAttention::apply(q, k, v, sinks.defined() ? sinks : at::empty({0}, q.options()), scale, window,
                                std::min(block, S));
 }

@@ -24,6 +24,12 @@ namespace glint {
 at::Tensor block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
                            const at::Tensor& sinks = at::Tensor(), int64_t window = 0, int64_t block = 0);
 
+// The query rows of one block when block_attention chooses (block 0), and the elements of
+// one block's scores [b, N, rows, keys] in the compute type: what a step holds beyond the
+// inputs while one attention runs (the memory estimate, train/memory_estimate.h).
+int64_t block_attention_rows(int64_t b, int64_t N, int64_t S, int64_t window);
+double block_attention_scores(int64_t b, int64_t N, int64_t S, int64_t window);
+
 // For comparisons only (`glint bench train --attention eager`): sequence_attention's
 // default kernel then computes each sequence's whole [S, S] scores and keeps its
 // probabilities for backward, as glint did before block attention. Process-wide.

@@ -46,4 +46,13 @@ const ModelFamily& family_for(const std::string& model_type, const std::string& 
   fail(where, ": model_type '", model_type, "' is not supported (known: ", known, ")");
 }
 
+const ModelFamily& family_named(const std::string& name) {
+  std::string known;
+  for (const ModelFamily* f : model_families()) {
+    if (f->name() == name) return *f;
+    known += (known.empty() ? "" : ", ") + f->name();
+  }
+  usage_fail("no model family is named '", name, "' (families: ", known, ")");
+}
+
 }  // namespace glint

@@ -152,5 +152,7 @@ bool beyond_last_layer(const std::string& key, const std::string& prefix, int64_
 const std::vector<const ModelFamily*>& model_families();
 // The family reading `model_type`; throws glint::Error naming `where` and the known types.
 const ModelFamily& family_for(const std::string& model_type, const std::string& where);
+// The family whose folder is `name` ("qwen3"); throws glint::UsageError naming the families.
+const ModelFamily& family_named(const std::string& name);
 
 }  // namespace glint

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/block_attention.h"
 #include "model/chunked_loss.h"
 
 namespace glint {
@@ -80,15 +81,15 @@ std::string MemoryEstimate::line(int64_t rows, int64_t seq_len) const {
 MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
   MemoryEstimate m;
   const double b = double(in.dtype_bytes), f32 = 4;
-  const double T = double(in.rows) * double(in.seq_len), S = double(in.seq_len);
+  const double T = double(in.rows) * double(in.seq_len);
   const double H = double(c.hidden_size), Nh = double(c.num_attention_heads);
-  // One layer's activations for T tokens: saved tensors, plus the attention probabilities
-  // [rows, Nh, S, S] kept for backward (float32 or the compute type).
+  // One layer's activations for T tokens: what autograd saves. Attention keeps no
+  // probabilities (block attention recomputes them in backward, model/block_attention.h).
   auto layer_bytes = [&](int64_t l) {
     const bool moe = c.is_moe_layer(l);
     double per_token = attention_elements_per_token(c) + mlp_elements_per_token(c, moe) +
                        lora_elements_per_token(c, moe, in.lora_r);
-    return T * per_token * b + double(in.rows) * Nh * S * S * std::max(b, f32);
+    return T * per_token * b;
   };
   double saved = 0, largest = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -97,11 +98,11 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
     saved += in.recompute ? T * H * b : x;  // recompute keeps only each layer's input
   }
   // Backward of the largest layer: its activation gradients (freed as it goes: about a
-  // quarter of its saved tensors at once, measured) and the attention scores'
-  // transients (scaled, masked, softmax backward: ~3 more [rows, Nh, S, S], the bound a
-  // row holding one sequence reaches); under recompute that layer's saved tensors exist
-  // again too.
-  double transient = 0.25 * largest + 3 * double(in.rows) * Nh * S * S * std::max(b, f32);
+  // quarter of its saved tensors at once, measured) and one attention block's scores
+  // recomputed with their gradient (in float32, or float64); under recompute that layer's
+  // saved tensors exist again too.
+  const double scores = block_attention_scores(in.rows, int64_t(Nh), in.seq_len, 0);
+  double transient = 0.25 * largest + 2 * scores * std::max(b, f32);
   if (in.recompute) transient += largest;
   m.activations_mb = (saved + transient + 2 * T * H * b) / kMb;  // + embedding and final norm
   // Loss: the hidden rows of label positions (at most T) and their gradient, and one

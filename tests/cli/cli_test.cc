@@ -102,6 +102,34 @@ TEST(Cli, BadDataIsAnErrorNamingFileAndLine) {
   }
 }
 
+// `init-model --tiny FAMILY`: every registered family's tiny model, written and trained
+// on for a step; a wrong family or both sources are errors naming the problem.
+TEST(Cli, InitModelWritesEachFamilysTinyModel) {
+  const std::string d = glint::testing::fresh_temp_dir("cli_tiny");
+  write_file(d + "/data.jsonl", "{\"input_ids\": [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 2, 6, 10, 14, 18, 22, 26]}\n"
+                                "{\"input_ids\": [3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 4, 8, 12, 16, 20, 24, 28]}\n");
+  for (const char* family : {"qwen3", "deepseek_v3", "qwen3_5", "deepseek_v4", "qwen3_next", "glm4_moe", "gpt_oss"}) {
+    const std::string model = d + "/" + family;
+    RunResult r = run_glint(std::string("init-model --tiny ") + family + " --vocab-size 48 --output " + model);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(model + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    EXPECT_EQ(cfg["vocab_size"], 48) << family;
+    RunResult t = run_glint("train --model " + model + " --data " + d + "/data.jsonl --steps 1 --batch-size 2 "
+                            "--eval-samples 0 --output " + model + "_run");
+    EXPECT_EQ(t.exit_code, 0) << family << ": " << t.output;
+  }
+  RunResult bad = run_glint("init-model --tiny qwen4 --output " + d + "/bad");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("no model family is named 'qwen4' (families: qwen3, "), std::string::npos) << bad.output;
+  EXPECT_FALSE(fs::exists(d + "/bad"));
+  RunResult both = run_glint("init-model --tiny qwen3 --config x.json --output " + d + "/both");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
+  RunResult none = run_glint("init-model --output " + d + "/none");
+  EXPECT_NE(none.output.find("give --config FILE or --tiny FAMILY"), std::string::npos) << none.output;
+}
+
 TEST(Cli, BadModelDirectoryIsAnError) {
   std::string model = make_model("bad_model");
   std::string d = cli_dir("bad_model_data");

@@ -167,7 +167,7 @@ TEST(Usage, ParseErrorsExitTwoWithTheParsersMessage) {
   const std::pair<std::string, std::string> cases[] = {
       {"train --no-such-flag", "--no-such-flag"},          // CLI11: 109 (ExtrasError)
       {"train --steps abc", "abc"},                          // CLI11: 105 (ConversionError)
-      {"init-model --seed 1", "--config"},                   // CLI11: 106 (RequiredError)
+      {"init-model --seed 1", "--output"},                   // CLI11: 106 (RequiredError)
       {"no-such-command", "no-such-command"},                // CLI11: 109
       {"bench", "subcommand"},                               // CLI11: 106 (a subcommand is required)
   };

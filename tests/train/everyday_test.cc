@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -182,7 +183,7 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   // A budget between the two: fewer rows than the share.
   TrainOptions tight = everyday_options("budget_tight");
   tight.data.seq_len = 512;
-  tight.memory.budget = std::to_string(int64_t(one + (eight - one) / 4)) + "M";
+  tight.memory.budget = std::to_string(int64_t(std::ceil(one + (eight - one) / 4))) + "M";
   Trainer t(tight);
   EXPECT_LT(t.micro_batch_size(), 8);
   EXPECT_GE(t.micro_batch_size(), 1);
