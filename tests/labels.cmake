@@ -16,7 +16,7 @@
 set(glint_label_groups multinode multirank convergence browser)
 set(glint_label_multinode "^MultiNode\\.")
 set(glint_label_multirank
-  "^(DistComm|DistLaunch|Mpirun|DistFaults|ResumeFaults|TenantTraining|Evaluation|CheckpointExport|ShardedLoad)\\.|/(DataParallel|Resume)\\.|/Service(Training|Paging)\\..*/FourRanks")
+  "^(DistComm|DistLaunch|Mpirun|DistFaults|ResumeFaults|TenantTraining|Evaluation|CheckpointExport|ShardedLoad)\\.|/(DataParallel|Resume|PeakMemory)\\.|/Service(Training|Paging)\\..*/FourRanks")
 # Each trains the built-in task (or a bf16 run) until its target: a 1,000-step run and
 # generation with its adapter (50 s), bf16 reaching the float32 loss (13 s), a LoRA run
 # whose loss must fall by a fifth (4 s); and RL through glint serve, 50 iterations of

@@ -25,6 +25,8 @@ class LoraLinear : public LinearAdapter {
  public:
   LoraLinear(at::Tensor A, at::Tensor B, double scale, double dropout = 0.0);
   at::Tensor delta(const at::Tensor& x) const override;
+  // x Aᵀ, and with dropout the dropped copy of x and its mask.
+  double kept_per_row() const override { return double(A.size(0)) + (dropout > 0 ? 2.0 * double(A.size(1)) : 0.0); }
   at::Tensor A;  // [r, in]
   at::Tensor B;  // [out, r]
   double scale;
@@ -39,6 +41,7 @@ class LoraExperts : public ExpertAdapter {
   at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
                    const at::Tensor& tags = at::Tensor()) const override;
   LowRank low_rank(c10::ScalarType dtype) const override { return {A.to(dtype), B.to(dtype), scale}; }
+  double kept_per_row() const override { return double(A.size(1)); }
   at::Tensor A;  // [E, r, in]
   at::Tensor B;  // [E, out, r]
   double scale;

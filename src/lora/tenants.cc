@@ -1,5 +1,6 @@
 #include "lora/tenants.h"
 
+#include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -67,6 +68,12 @@ class TenantLinear : public LinearAdapter {
     return y.reshape(shape);
   }
   std::shared_ptr<const TenantBank::Routing> routing_;
+  double kept_per_row() const override {
+    double most = 0;
+    for (const auto& s : slots_)
+      if (s) most = std::max(most, s->kept_per_row());
+    return most;
+  }
   std::vector<std::shared_ptr<LoraLinear>> slots_;  // null where the slot's tenant has none
   int64_t out_;
 };
@@ -110,6 +117,13 @@ class TenantExperts : public ExpertAdapter {
       offset += n;
     }
     return out;
+  }
+  // A row goes through its own tenant's adapter: the largest any slot keeps.
+  double kept_per_row() const override {
+    double most = 0;
+    for (const auto& s : slots_)
+      if (s) most = std::max(most, s->kept_per_row());
+    return most;
   }
   std::vector<std::shared_ptr<LoraExperts>> slots_;
   int64_t out_;

@@ -18,6 +18,8 @@ class LinearAdapter {
   virtual ~LinearAdapter() = default;
   // x: [..., in]  ->  [..., out]
   virtual at::Tensor delta(const at::Tensor& x) const = 0;
+  // Elements it keeps for backward per row of x beyond x itself (x Aᵀ: its rank).
+  virtual double kept_per_row() const = 0;
 };
 
 // Adds a low-rank update to each expert's projection of a packed expert weight
@@ -38,6 +40,8 @@ class ExpertAdapter {
     double scale = 1;
   };
   virtual LowRank low_rank(c10::ScalarType) const { return {}; }
+  // Elements it keeps for backward per routed row beyond x itself (x A_eᵀ: its rank).
+  virtual double kept_per_row() const = 0;
 };
 
 // Integer tags of the tokens of the current micro-batch, set from outside the model

@@ -60,6 +60,25 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ct
   return h + feed_forward(h);
 }
 
+ActivationMemory DecoderLayerImpl::activation_memory(const ActivationShape& s) const {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes);
+  const double H = double(input_layernorm->weight.size(0));
+  ActivationMemory m;
+  // Each sublayer's norm and the residual after the sublayer: the stream after attention
+  // and the layer's output (a norm's input is the stream, kept already), or with
+  // hyper-connections what each keeps.
+  m.saved = T * (input_layernorm->kept_bytes(s.dtype_bytes) + post_attention_layernorm->kept_bytes(s.dtype_bytes) +
+                 (attn_hc ? attn_hc->kept_bytes(s.dtype_bytes) + ffn_hc->kept_bytes(s.dtype_bytes) : 2 * H * db));
+  // Backward runs the feed-forward sublayer first: while attention's backward runs, what
+  // the feed-forward sublayer and its residual kept is gone.
+  const ActivationMemory attention = self_attn->activation_memory(s), feed_forward = mlp->activation_memory(s);
+  const double after_attention = feed_forward.saved + T * post_attention_layernorm->kept_bytes(s.dtype_bytes) +
+                                 T * (ffn_hc ? ffn_hc->kept_bytes(s.dtype_bytes) : H * db);
+  m.saved += attention.saved + feed_forward.saved;
+  m.working = std::max(feed_forward.working, std::max(0.0, attention.working - after_attention));
+  return m;
+}
+
 namespace {
 // Holds the embedding matrix under the HF name "embed_tokens.weight".
 class EmbeddingHolder : public torch::nn::Module {

@@ -30,6 +30,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   // x [B,S,H] (or streams [B,S,n,H]) -> the same; MoE layers append their router logits
   // [T,E] when non-null.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits);
+  // What its forward keeps for backward (its output among it, which the next layer keeps
+  // as its input): its norms', residuals' and modules'; and the most its backward holds
+  // beyond that at once (a sublayer's working set, less what backward has freed by then).
+  ActivationMemory activation_memory(const ActivationShape& shape) const;
   // The attention module as the family's type T (null when it is another type).
   template <typename T>
   T* attention() const { return dynamic_cast<T*>(self_attn.get()); }

@@ -57,6 +57,9 @@ class AttentionModule : public torch::nn::Module {
   // Multiply-adds per token outside the projections (the score and value products) for
   // sequences of `seq_len` tokens: the FLOP count adds these to its walk of the linears.
   virtual double score_macs_per_token(int64_t seq_len) const = 0;
+  // Its memory in a training step, its input x counted when backward needs it (the norm
+  // before it keeps only what the norm's own backward needs).
+  virtual ActivationMemory activation_memory(const ActivationShape& shape) const = 0;
 };
 
 class MoeBlockImpl;
@@ -67,6 +70,8 @@ class MlpModule : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x, const LayerContext& ctx,
                              std::vector<at::Tensor>* router_logits) = 0;
+  // Its memory in a training step, its input x counted when backward needs it.
+  virtual ActivationMemory activation_memory(const ActivationShape& shape) const = 0;
 };
 
 // The two sublayers a family builds for decoder layer `layer`, and the names they are

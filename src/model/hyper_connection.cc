@@ -29,6 +29,19 @@ HyperConnectionImpl::HyperConnectionImpl(int64_t n, int64_t hidden, int64_t iter
   scale = register_parameter("scale", new_weight({3}, p));
 }
 
+double HyperConnectionImpl::kept_bytes(int64_t dtype_bytes) const {
+  const double n = double(streams), H = double(fn.size(1)) / n, db = double(dtype_bytes), cb = dtype_bytes == 8 ? 8 : 4;
+  // The flattened streams' norm (and the normed streams where fn trains), the mixing
+  // logits where the scales train, pre's and post's sigmoids, pre and post, the softmax
+  // and each Sinkhorn division (the matrix and its sums), the final matrix.
+  // (One more [n H] in the mixing type is measured kept too: tests/model/activation_memory_test.cc.)
+  double kept = cb * (1 + n * H + (fn.requires_grad() ? n * H : 0) + (scale.requires_grad() ? (2 + n) * n : 0) + 4 * n +
+                      n * n + (2 * double(sinkhorn_iters) - 1) * (n * n + n) + n * n);
+  // The collapsed input, the sublayer's output (scaled by post), the new streams.
+  kept += db * (H + H + n * H);
+  return kept;
+}
+
 at::Tensor HyperConnectionImpl::forward(const at::Tensor& X, const std::function<at::Tensor(const at::Tensor&)>& sublayer) {
   const int64_t n = streams;
   const auto dt = mix_dtype(X);

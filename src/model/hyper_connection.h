@@ -30,6 +30,10 @@ class HyperConnectionImpl : public torch::nn::Module {
                       const TensorPlacement& place);
   // streams [B,S,n,H] -> [B,S,n,H]; sublayer maps its input [B,S,H] to its output [B,S,H].
   at::Tensor forward(const at::Tensor& streams, const std::function<at::Tensor(const at::Tensor&)>& sublayer);
+  // Bytes it keeps for backward per token beyond its input streams, the sublayer's own
+  // not counted: the mixing weights and the Sinkhorn steps, the collapsed input (the
+  // sublayer's norm keeps it), the sublayer's output, and the new streams.
+  double kept_bytes(int64_t dtype_bytes) const;
 
   int64_t streams, sinkhorn_iters;
   double eps, norm_eps;

@@ -46,6 +46,17 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return weight * normed;
 }
 
+double RMSNormImpl::kept_bytes(int64_t dtype_bytes) const {
+  // The input widened to the compute type (the input itself when it is that type), the
+  // normalized vector in the compute type and its reciprocal norm; with a trained weight,
+  // the normalized vector in the input's type too.
+  const double dim = double(weight.size(0)), compute = dtype_bytes == 8 ? 8 : 4;
+  double kept = dim * compute + compute;
+  if (dtype_bytes != compute) kept += dim * compute;
+  if (weight.requires_grad()) kept += dim * double(dtype_bytes);
+  return kept;
+}
+
 RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, double theta,
                            c10::ScalarType compute) {
   auto opts = at::TensorOptions().dtype(at::kDouble).device(position_ids.device());
@@ -234,6 +245,33 @@ at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at
     out = at::cat(rows, 0);
   }
   return out.transpose(1, 2).reshape({B, S, N * Dv});
+}
+
+ActivationMemory sequence_attention_memory(const ActivationShape& s, int64_t Nh, int64_t Nkv, int64_t D, int64_t Dv,
+                                           int64_t window) {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes), cb = s.dtype_bytes == 8 ? 8 : 4;
+  ActivationMemory m;
+  m.saved = T * (db * double(Nh * D + Nkv * D + Nkv * Dv + Nh * Dv) + cb * double(Nh));
+  m.working = 2 * cb * block_attention_scores(s.rows, Nh, s.seq_len, window);
+  return m;
+}
+
+ActivationMemory projected_attention_memory(const ActivationShape& s, const LinearImpl& q_proj, const LinearImpl& k_proj,
+                                            const LinearImpl& v_proj, const LinearImpl& o_proj,
+                                            const RMSNormImpl* q_norm, const RMSNormImpl* k_norm, int64_t Nh,
+                                            int64_t Nkv, int64_t D, int64_t window) {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes);
+  ActivationMemory m = sequence_attention_memory(s, Nh, Nkv, D, D, window);
+  double per_token = db * (q_proj.adapter_kept_per_row() + k_proj.adapter_kept_per_row() +
+                           v_proj.adapter_kept_per_row() + o_proj.adapter_kept_per_row());
+  if (q_proj.keeps_input() || k_proj.keeps_input() || v_proj.keeps_input()) per_token += db * double(q_proj.in_features());
+  // A head norm keeps its input (the projection's output) and its own tensors.
+  if (q_norm) per_token += double(Nh) * (db * double(D) + q_norm->kept_bytes(s.dtype_bytes));
+  if (k_norm) per_token += double(Nkv) * (db * double(D) + k_norm->kept_bytes(s.dtype_bytes));
+  // o_proj reads the attention output in [B, S, Nh*Dv] order: a copy of its own.
+  if (o_proj.keeps_input()) per_token += db * double(o_proj.in_features());
+  m.saved += T * per_token;
+  return m;
 }
 
 }  // namespace glint

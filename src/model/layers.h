@@ -7,6 +7,7 @@
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -15,6 +16,27 @@
 #include "model/config.h"
 
 namespace glint {
+
+// The micro-batch a memory estimate is for (train/memory_estimate.h), and what the
+// building blocks below and each family's modules need of memory in it.
+struct ActivationShape {
+  int64_t rows = 1, seq_len = 1;
+  int64_t dtype_bytes = 4;  // the model's dtype (its activations')
+};
+
+// What a module needs of memory in one training step, in bytes: what its forward keeps
+// for backward, and what it holds at once beyond that while its forward or backward runs.
+// Whether its tensors train (--full) or carry adapters (LoRA) is read from the module
+// itself, as built and adapted for the run.
+struct ActivationMemory {
+  double saved = 0;
+  double working = 0;
+  ActivationMemory& operator+=(const ActivationMemory& o) {
+    saved += o.saved;
+    working = std::max(working, o.working);
+    return *this;
+  }
+};
 
 // Where and how parameters are allocated.
 struct TensorPlacement {
@@ -34,6 +56,10 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // [..., in] -> [..., out]
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
+  // For the memory estimate: whether backward needs its input (its weight trains, or an
+  // adapter reads it), and the elements per row its adapter keeps beyond it.
+  bool keeps_input() const { return weight.requires_grad() || adapter; }
+  double adapter_kept_per_row() const { return adapter ? adapter->kept_per_row() : 0.0; }
 
   at::Tensor weight;  // [out, in]
   at::Tensor bias;    // [out] or undefined
@@ -47,6 +73,9 @@ class RMSNormImpl : public torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps, const TensorPlacement& place, bool unit_offset = false);
   // Normalizes over the last dim in float32, returns the input's dtype.
   at::Tensor forward(const at::Tensor& x);
+  // Bytes it keeps for backward per normalized vector of an input of dtype_bytes that
+  // needs a gradient, beyond the input itself (measured: tests/model/activation_memory_test.cc).
+  double kept_bytes(int64_t dtype_bytes) const;
 
   at::Tensor weight;  // [dim]
   double eps;
@@ -121,5 +150,19 @@ struct SequenceKernel {
 // else a fused kernel, else block_attention (model/block_attention.h), per sequence.
 at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const SequenceLayout& layout, const SequenceKernel& kernel = {});
+
+// The memory of sequence_attention in a training step (ActivationShape, model/family.h):
+// it keeps q, k, v, its output and each row's log-sum-exp; while it runs, one block of
+// scores and their gradient (block_attention). `window` > 0: a sliding window.
+ActivationMemory sequence_attention_memory(const ActivationShape& s, int64_t Nh, int64_t Nkv, int64_t D, int64_t Dv,
+                                           int64_t window = 0);
+
+// The memory of the usual attention sublayer: q, k, v projections of x (q and k heads
+// normalized where q_norm, k_norm are given, a RoPE that keeps nothing of its own),
+// sequence_attention, and o_proj over its output.
+ActivationMemory projected_attention_memory(const ActivationShape& s, const LinearImpl& q_proj, const LinearImpl& k_proj,
+                                            const LinearImpl& v_proj, const LinearImpl& o_proj,
+                                            const RMSNormImpl* q_norm, const RMSNormImpl* k_norm, int64_t Nh,
+                                            int64_t Nkv, int64_t D, int64_t window = 0);
 
 }  // namespace glint

@@ -19,6 +19,9 @@ struct Glu {
 at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, const Glu& form);
 // SwiGLU with a clamp: glu(gate, up, {limit}).
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit);
+// Tensors of width I that glu() keeps for backward, its inputs' [2I] storage counted as 2
+// and its output (the down projection keeps it) as 1.
+double glu_kept_widths(const Glu& form);
 
 class DenseMlpImpl : public MlpModule {
  public:
@@ -28,6 +31,9 @@ class DenseMlpImpl : public MlpModule {
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits) override {
     return forward(x);
   }
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
+  // Whether backward needs x itself (the gate or up projection does).
+  bool keeps_input() const { return gate_proj->keeps_input() || up_proj->keeps_input(); }
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   double swiglu_limit;

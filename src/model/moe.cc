@@ -202,6 +202,44 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c, const TensorPlacement& p, MoeFo
   dispatcher = std::make_shared<LocalTokenDispatcher>(c.num_experts);
 }
 
+ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes), cb = s.dtype_bytes == 8 ? 8 : 4;
+  const double H = double(experts->hidden()), I = double(experts->intermediate()), E = double(num_experts),
+               K = double(top_k);
+  // Router: with a trained router, x in the compute type; the logits (the step keeps them
+  // for the balancing loss) and the scores; the chosen weights, their sum, their sorted
+  // copy; the choice, the sort order and each copy's token (int64).
+  double per_token = E * cb * (gate->scoring == RouterImpl::Scoring::kSqrtSoftplus ? 3 : 2) + (K + 1) * cb + K * db +
+                     3 * K * 8;
+  bool x_kept = false;
+  if (gate->weight.requires_grad()) {
+    per_token += H * cb;
+    x_kept = cb == db;
+  }
+  // Each routed copy: its hidden row, the experts' GLU tensors, the adapters' rows, the
+  // experts' output and its weighted copy (the combine keeps both).
+  const double adapters = (experts->gate_up_adapter ? experts->gate_up_adapter->kept_per_row() : 0) +
+                          (experts->down_adapter ? experts->down_adapter->kept_per_row() : 0);
+  per_token += K * db * (H + glu_kept_widths(experts->form.glu) * I + adapters + 2 * H);
+  // Trained expert biases: each row's expert index, for both projections.
+  if (experts->form.biases && experts->gate_up_proj_bias.requires_grad()) per_token += K * 2 * 8;
+  ActivationMemory m;
+  if (shared_experts) {
+    ActivationMemory shared = shared_experts->activation_memory(s);
+    // x counted once, by whichever keeps it first.
+    if (x_kept && shared_experts->keeps_input()) shared.saved -= T * H * db;
+    x_kept |= shared_experts->keeps_input();
+    m.saved += shared.saved;
+    if (shared_expert_gate) {
+      // sigmoid(gate(x)) and the shared output it scales.
+      per_token += db * (1 + H + shared_expert_gate->adapter_kept_per_row());
+      if (shared_expert_gate->keeps_input() && !x_kept) per_token += H * db;
+    }
+  }
+  m.saved += T * per_token;
+  return m;
+}
+
 at::Tensor MoeBlockImpl::forward(const at::Tensor& x, Routing* routing_out, const at::Tensor& token_ids) {
   at::Tensor flat = x.reshape({-1, x.size(-1)});  // [T, H]
   std::optional<profile::Scope> region(std::in_place, "moe router");

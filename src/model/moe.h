@@ -173,6 +173,7 @@ class MoeBlockImpl : public MlpModule {
   at::Tensor forward(const at::Tensor& x, Routing* routing = nullptr, const at::Tensor& token_ids = at::Tensor());
   // x [B, S, H] -> [B, S, H], appending the router logits [T, E] when non-null.
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx, std::vector<at::Tensor>* router_logits) override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
   Routing route(const at::Tensor& x, const at::Tensor& token_ids = at::Tensor()) const {
     return gate->route(x, token_ids);
   }

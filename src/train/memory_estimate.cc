@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "model/block_attention.h"
+#include "model/causal_lm.h"
 #include "model/chunked_loss.h"
 
 namespace glint {
@@ -16,45 +16,6 @@ namespace glint {
 namespace {
 
 constexpr double kMb = 1024.0 * 1024.0;
-
-// Elements autograd keeps per token of one attention block (norm input and output, the
-// projections, q/k norms, rotary products, repeated k/v, the attention output).
-double attention_elements_per_token(const ModelConfig& c) {
-  const double H = double(c.hidden_size), D = double(c.head_dim);
-  const double Nh = double(c.num_attention_heads), Nkv = double(c.num_key_value_heads);
-  double e = 2 * H + (Nh + 2 * Nkv) * D + 2 * (Nh + Nkv) * D + 3 * (Nh + Nkv) * D + 2 * Nh * D;
-  if (Nh > Nkv) e += 2 * Nh * D;  // k and v repeated per query head
-  return e;
-}
-
-// Per token of one MLP block: norm, router (float32), and for each of the K routed copies
-// its gathered input, gate/up outputs, activation, down input and output.
-double mlp_elements_per_token(const ModelConfig& c, bool moe) {
-  const double H = double(c.hidden_size);
-  if (!moe) return 2 * H + 6 * double(c.intermediate_size);
-  const double K = double(c.num_experts_per_tok), I = double(c.moe_intermediate_size);
-  return 2 * H + 3 * double(c.num_experts) + K * (3 * H + 6 * I);
-}
-
-// Adapter intermediates per token (x A^T and its scaled copy) for one layer.
-double lora_elements_per_token(const ModelConfig& c, bool moe, int64_t r) {
-  if (r <= 0) return 0;
-  double sites = 4 + (moe ? 2.0 * double(c.num_experts_per_tok) : 3.0);
-  return 2 * double(r) * sites;
-}
-
-// Parameters of decoder layer l as gathered (experts: E / ep of them).
-double layer_parameters(const ModelConfig& c, int64_t l, int64_t ep) {
-  const double H = double(c.hidden_size), D = double(c.head_dim);
-  const double Nh = double(c.num_attention_heads), Nkv = double(c.num_key_value_heads);
-  double p = H * (Nh + 2 * Nkv) * D + Nh * D * H + 2 * D + 2 * H;
-  if (c.is_moe_layer(l))
-    p += double(c.num_experts) / double(std::max<int64_t>(1, ep)) * 3 * double(c.moe_intermediate_size) * H +
-         double(c.num_experts) * H;
-  else
-    p += 3 * double(c.intermediate_size) * H;
-  return p;
-}
 
 std::string grouped(double mb) {
   std::string s = std::to_string(int64_t(std::llround(mb)));
@@ -78,33 +39,31 @@ std::string MemoryEstimate::line(int64_t rows, int64_t seq_len) const {
   return os.str();
 }
 
-MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
+MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
+  const ModelConfig& c = model.config;
   MemoryEstimate m;
   const double b = double(in.dtype_bytes), f32 = 4;
-  const double T = double(in.rows) * double(in.seq_len);
-  const double H = double(c.hidden_size), Nh = double(c.num_attention_heads);
-  // One layer's activations for T tokens: what autograd saves. Attention keeps no
-  // probabilities (block attention recomputes them in backward, model/block_attention.h).
-  auto layer_bytes = [&](int64_t l) {
-    const bool moe = c.is_moe_layer(l);
-    double per_token = attention_elements_per_token(c) + mlp_elements_per_token(c, moe) +
-                       lora_elements_per_token(c, moe, in.lora_r);
-    return T * per_token * b;
-  };
-  double saved = 0, largest = 0;
+  const double T = double(in.rows) * double(in.seq_len), H = double(c.hidden_size);
+  const double stream = H * double(c.hc_mult > 0 ? c.hc_mult : 1);  // the residual, per token
+  ActivationShape shape;
+  shape.rows = in.rows;
+  shape.seq_len = in.seq_len;
+  shape.dtype_bytes = in.dtype_bytes;
+  // What each layer's modules keep for backward (model/family.h); under recompute only
+  // each layer's input, the layer's own saved again while its backward runs.
+  // The peak comes in the backward of some layer l: what the layers before it keep, its
+  // own saved tensors (again, under recompute) and its working set.
+  double saved = 0, peak = 0, layer_bytes = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    double x = layer_bytes(l);
-    largest = std::max(largest, x);
-    saved += in.recompute ? T * H * b : x;  // recompute keeps only each layer's input
+    DecoderLayer layer = model.layer(l);
+    const ActivationMemory a = layer->activation_memory(shape);
+    peak = std::max(peak, saved + a.saved + a.working);
+    saved += in.recompute ? T * stream * b : a.saved;
+    double params = 0;
+    for (const at::Tensor& p : layer->parameters()) params += double(p.numel()) * double(p.element_size());
+    layer_bytes = std::max(layer_bytes, params);
   }
-  // Backward of the largest layer: its activation gradients (freed as it goes: about a
-  // quarter of its saved tensors at once, measured) and one attention block's scores
-  // recomputed with their gradient (in float32, or float64); under recompute that layer's
-  // saved tensors exist again too.
-  const double scores = block_attention_scores(in.rows, int64_t(Nh), in.seq_len, 0);
-  double transient = 0.25 * largest + 2 * scores * std::max(b, f32);
-  if (in.recompute) transient += largest;
-  m.activations_mb = (saved + transient + 2 * T * H * b) / kMb;  // + embedding and final norm
+  m.activations_mb = (std::max(peak, saved) + 2 * T * stream * b) / kMb;  // + embedding and final norm
   // Loss: the hidden rows of label positions (at most T) and their gradient, and one
   // tile of logits twice (the tile and its exponentials).
   const double chunk = double(kLossChunkElements);
@@ -112,12 +71,10 @@ MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in) {
   m.weights_mb = double(in.weight_bytes) / kMb;
   m.gradients_mb = double(in.gradient_bytes) / kMb;
   if (in.fsdp) {
-    double layer = 0;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) layer = std::max(layer, layer_parameters(c, l, in.ep));
-    double root = double(c.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2) + H;
+    double root = (double(c.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2) + H) * b;
     // The layer running and the next one, prefetched; with --full, two layers' gradients
     // in flight to the reduce-scatter and the root's.
-    double gathered = (2 * layer + root) * b;
+    double gathered = 2 * layer_bytes + root;
     if (in.full) gathered *= 2;
     m.gathered_mb = gathered / kMb;
   }

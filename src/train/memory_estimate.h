@@ -1,17 +1,15 @@
 // Peak memory of one training rank, estimated before step 1 from the model's shape and
 // the run's settings, and the micro-batch size chosen from a memory budget.
 //
-// Legend: T tokens in a micro-batch (rows x S), S sequence length, H hidden, L layers,
-// Nh/Nkv query/key-value heads, D head_dim, E experts, K top-k, I expert width, F dense
-// MLP width, V vocab, r LoRA rank.
+// Legend: T tokens in a micro-batch (rows x S), S sequence length, H hidden, V vocab.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "model/config.h"
-
 namespace glint {
+
+class CausalLMImpl;
 
 // What the estimate needs besides the model's shape.
 struct MemoryInputs {
@@ -22,8 +20,6 @@ struct MemoryInputs {
   int64_t dtype_bytes = 4;      // activations' element size
   int64_t rows = 1;             // sequences per micro-batch
   int64_t seq_len = 128;        // S (an upper bound: batches are padded to their longest row)
-  int64_t ep = 1;               // experts held here: E / ep
-  int64_t lora_r = 0;           // 0: no LoRA
   bool recompute = false;       // activation checkpointing or FSDP: layers recomputed
   bool fsdp = false;            // layers gathered one at a time, the root for the step
   bool full = false;            // gathered layers get full-size gradients too
@@ -52,7 +48,10 @@ constexpr int64_t kMicroBatchTokens = 4096;
 // Bytes of the process before any model: measured ~200 MB for glint with libtorch on CPU.
 constexpr double kProcessOverheadMb = 200;
 
-MemoryEstimate estimate_memory(const ModelConfig& c, const MemoryInputs& in);
+// From what each layer's modules keep (DecoderLayerImpl::activation_memory) for the model
+// as built and adapted for the run; its layers must have their shapes (under FSDP: inside
+// FsdpRunner::with_layer_shapes).
+MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in);
 
 // Parses a --memory-budget value: "24G", "24GB", "1500M", "1500MB", "1.5T"; a bare number
 // is MiB. Returns MiB. Throws glint::UsageError naming the text.

@@ -140,9 +140,6 @@ void Trainer::plan_memory() {
   for (const auto& l : learners()) in.data_bytes += data_bytes(l->samples);
   in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
   in.seq_len = data_->collate.seq_len;
-  in.ep = opt_.parallel.ep;
-  in.lora_r = opt_.full ? 0 : opt_.lora.r;
-  for (const auto& t : opt_.tenants) in.lora_r = std::max(in.lora_r, t.adapter.lora.r);
   in.recompute = opt_.parallel.fsdp || opt_.parallel.recompute;
   in.fsdp = opt_.parallel.fsdp;
   in.full = opt_.full;
@@ -154,7 +151,11 @@ void Trainer::plan_memory() {
                                              : parse_memory_size(opt_.memory.budget, "--memory-budget");
   auto estimate = [&](int64_t mbs) {
     in.rows = mbs;
-    return estimate_memory(model_->config, in);
+    MemoryEstimate e;
+    auto fn = [&] { e = estimate_memory(*model_, in); };
+    if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);  // the layers hold shards
+    else fn();
+    return e;
   };
   if (chosen_by_user) {
     micro_batch_size_ = opt_.memory.micro_batch_size;

@@ -365,6 +365,7 @@ class LowRank : public LinearAdapter {
  public:
   LowRank(at::Tensor a, at::Tensor b) : A(std::move(a)), B(std::move(b)) {}
   at::Tensor delta(const at::Tensor& x) const override { return at::matmul(at::matmul(x, A.t()), B.t()); }
+  double kept_per_row() const override { return double(A.size(0)); }
   at::Tensor A, B;  // [r,in], [out,r]
 };
 

@@ -172,13 +172,13 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   TrainOptions o = everyday_options("budget_big");
   o.memory.budget = "64G";
   EXPECT_EQ(Trainer(o).micro_batch_size(), 8);
-  ModelConfig c = tiny_moe_config(ReverseDigitsTask::kVocabSize);
+  CausalLM model(tiny_moe_config(ReverseDigitsTask::kVocabSize), TensorPlacement{});
   MemoryInputs in;
   in.seq_len = 512;
   in.rows = 1;
-  double one = estimate_memory(c, in).total_mb();
+  double one = estimate_memory(*model, in).total_mb();
   in.rows = 8;
-  double eight = estimate_memory(c, in).total_mb();
+  double eight = estimate_memory(*model, in).total_mb();
   EXPECT_GT(eight, one);
   // A budget between the two: fewer rows than the share.
   TrainOptions tight = everyday_options("budget_tight");

@@ -81,4 +81,27 @@ double MlaAttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return double(seq_len) * double(num_heads) * double(nope_dim + rope_dim + v_dim);
 }
 
+ActivationMemory MlaAttentionImpl::activation_memory(const ActivationShape& s) const {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes);
+  const int64_t N = num_heads, Dqk = nope_dim + rope_dim;
+  ActivationMemory m = sequence_attention_memory(s, N, N, Dqk, v_dim);
+  double per_token = 0;
+  const LinearImpl& q_in = q_proj ? *q_proj : *q_a_proj;
+  if (q_in.keeps_input() || kv_a_proj_with_mqa->keeps_input()) per_token += db * double(q_in.in_features());
+  // Each low-rank side: the down projection's output, kept by its norm, and the norm's
+  // output where the up projection keeps its input.
+  auto latent = [&](const LinearImpl& down, const RMSNormImpl& norm, const LinearImpl& up) {
+    per_token += db * double(down.out_features()) + norm.kept_bytes(s.dtype_bytes) +
+                 db * (down.adapter_kept_per_row() + up.adapter_kept_per_row());
+    if (up.keeps_input()) per_token += db * double(up.in_features());
+  };
+  if (q_proj) per_token += db * q_proj->adapter_kept_per_row();
+  else latent(*q_a_proj, *q_a_layernorm, *q_b_proj);
+  latent(*kv_a_proj_with_mqa, *kv_a_layernorm, *kv_b_proj);
+  per_token += db * o_proj->adapter_kept_per_row();
+  if (o_proj->keeps_input()) per_token += db * double(o_proj->in_features());
+  m.saved += T * per_token;
+  return m;
+}
+
 }  // namespace glint

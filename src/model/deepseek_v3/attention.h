@@ -23,6 +23,7 @@ class MlaAttentionImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   int64_t num_heads, nope_dim, rope_dim, v_dim, kv_lora_rank;
   bool interleave;

@@ -484,4 +484,43 @@ double DeepseekV4AttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return 2.0 * double(num_heads) * double(head_dim) * keys + extra;
 }
 
+ActivationMemory DeepseekV4AttentionImpl::activation_memory(const ActivationShape& s) const {
+  // One sequence per row of seq_len tokens (the most a row's blocks and entries reach).
+  const double db = double(s.dtype_bytes), cb = s.dtype_bytes == 8 ? 8 : 4;
+  const int64_t L = std::max<int64_t>(1, s.seq_len), Qb = std::min(query_block, L), nb = (L + Qb - 1) / Qb;
+  const double pad = double(nb * Qb) / double(L), N = double(num_heads), D = double(head_dim);
+  const double W = double(window > 0 ? std::min(window, L) : L), K = double(Qb) + W - 1;
+  const double T = compressor ? double(L / compressor->rate) : 0;
+  const double Cq = double(q_a_proj->out_features());
+  double per_token = 0;
+  bool x_kept = q_a_proj->keeps_input() || kv_proj->keeps_input();
+  // Queries: q_a's output (kept by its norm) and the norm's output where q_b keeps it;
+  // q_b's output and its unweighted norm; the rotated queries, padded to whole blocks.
+  per_token += db * Cq + q_a_norm->kept_bytes(s.dtype_bytes) + (q_b_proj->keeps_input() ? db * Cq : 0);
+  per_token += db * N * D + cb * N + db * N * D * pad;
+  // Keys: kv_proj's output and its norm; the rotated keys, padded for the window.
+  per_token += db * D + kv_norm->kept_bytes(s.dtype_bytes) + db * D * (pad + (W - 1) / double(L));
+  // Each query's probabilities over its block's window keys, its entries and the sink
+  // (the products read views of them), and the masks.
+  per_token += pad * (cb * N * (K + T + 1) + (K + T));
+  if (compressor) {
+    // The compressor's two projections, its gates' softmax and (overlapping) the windows
+    // joined with their neighbours'; the entries are rate times fewer than the tokens.
+    const double C = double(compressor->kv_proj->out_features());
+    per_token += db * C * (compressor->overlap ? 4 : 2) + db * D * 3 / double(compressor->rate);
+    per_token += db * (compressor->kv_proj->adapter_kept_per_row() + compressor->gate_proj->adapter_kept_per_row());
+    x_kept |= compressor->kv_proj->keeps_input() || compressor->gate_proj->keeps_input();
+  }
+  if (x_kept) per_token += db * double(q_a_proj->in_features());
+  // The grouped output: the heads' outputs turned back, and o_b's input.
+  per_token += db * N * D + (o_b_proj->keeps_input() ? db * double(o_b_proj->in_features()) : 0);
+  for (const Linear& l : {q_a_proj, q_b_proj, kv_proj, o_b_proj}) per_token += db * l->adapter_kept_per_row();
+  per_token += db * double(groups) * o_a_proj->adapter_kept_per_row();
+  ActivationMemory m;
+  m.saved = double(s.rows * s.seq_len) * per_token;
+  // The logits of one block while its softmax runs and in backward.
+  m.working = 3 * cb * double(s.rows) * double(Qb) * N * (K + T + 1);
+  return m;
+}
+
 }  // namespace glint

@@ -100,6 +100,7 @@ class DeepseekV4AttentionImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return window > 0; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   std::string kind;                 // the layer type
   int64_t num_heads, head_dim, rope_dim, groups, group_rank, window;  // window 0: unlimited

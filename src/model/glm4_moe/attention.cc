@@ -52,4 +52,9 @@ double Glm4MoeAttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return 2.0 * double(seq_len) * double(head_dim) * double(num_heads);  // QK^T and PV, full S x S
 }
 
+ActivationMemory Glm4MoeAttentionImpl::activation_memory(const ActivationShape& shape) const {
+  return projected_attention_memory(shape, *q_proj, *k_proj, *v_proj, *o_proj, q_norm ? q_norm.get() : nullptr, k_norm ? k_norm.get() : nullptr, num_heads, num_kv_heads,
+                                    head_dim, 0);
+}
+
 }  // namespace glint

@@ -20,6 +20,7 @@ class Glm4MoeAttentionImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
   bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   int64_t num_heads, num_kv_heads, head_dim, rotary_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};

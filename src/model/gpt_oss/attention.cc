@@ -77,4 +77,9 @@ double GptOssAttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return 2.0 * double(keys) * double(head_dim) * double(num_heads);  // QK^T and PV
 }
 
+ActivationMemory GptOssAttentionImpl::activation_memory(const ActivationShape& shape) const {
+  return projected_attention_memory(shape, *q_proj, *k_proj, *v_proj, *o_proj, nullptr, nullptr, num_heads, num_kv_heads,
+                                    head_dim, window);
+}
+
 }  // namespace glint

@@ -34,6 +34,7 @@ class GptOssAttentionImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   int64_t num_heads, num_kv_heads, head_dim;
   int64_t window;  // sliding_window on a sliding layer, else 0

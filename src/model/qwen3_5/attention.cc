@@ -37,6 +37,19 @@ std::array<at::Tensor, 4> GatedAttentionImpl::qkv_gate(const at::Tensor& x, cons
   return {q, k, v, qg[1].reshape({B, S, num_heads * D})};
 }
 
+ActivationMemory GatedAttentionImpl::activation_memory(const ActivationShape& s) const {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes);
+  const int64_t Nh = num_heads, D = head_dim;
+  // The usual sublayer (o_proj's input is the gated output), and: the gate half of
+  // q_proj's output (kept with the query half the norm keeps), the attention output in
+  // [B, S, Nh*D] order and sigmoid(gate), which the gating keeps.
+  ActivationMemory m = projected_attention_memory(s, *q_proj, *k_proj, *v_proj, *o_proj, q_norm.get(), k_norm.get(),
+                                                  Nh, num_kv_heads, D);
+  const double per_token = db * double(Nh * D) * 3;
+  m.saved += T * per_token;
+  return m;
+}
+
 at::Tensor GatedAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
   auto [q, k, v, gate] = qkv_gate(x, ctx);
   at::Tensor o = sequence_attention(q, k, v, ctx.layout);  // [B,S,Nh*D]
@@ -136,6 +149,36 @@ at::Tensor GatedDeltaNetImpl::output(const at::Tensor& o, const Projected& in, c
   auto compute = dtype == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor gated = (norm->forward(o).to(compute) * at::silu(in.z.to(compute))).to(dtype);
   return out_proj->forward(gated.reshape({B, S, value_heads * value_dim}));
+}
+
+ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) const {
+  const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes), cb = s.dtype_bytes == 8 ? 8 : 4;
+  const double Hk = double(key_heads), Hv = double(value_heads), Dk = double(key_dim), Dv = double(value_dim);
+  const double C = 2 * Hk * Dk + Hv * Dv;  // the convolved channels
+  double adapters = 0;
+  bool x_kept = false;
+  for (const Linear& l : {in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, in_proj_qkvz, in_proj_ba})
+    if (l) {
+      adapters += l->adapter_kept_per_row();
+      x_kept |= l->keeps_input();
+    }
+  double per_token = db * (adapters + out_proj->adapter_kept_per_row());
+  if (x_kept) per_token += db * double(out_proj->out_features());
+  // The projected channels, the convolution's output and its SiLU; q and k L2-normalized
+  // with their norms; beta, and the decay's softplus input and output.
+  per_token += db * 3 * C + cb * (2 * Hk * Dk + 2 * Hk) + cb * 3 * Hv;
+  // The convolution: each lag's sequence mask, and with a trained kernel its input and
+  // each lag's shifted copy.
+  const double W = double(conv1d->weight.size(2));
+  per_token += cb * (W - 1) + (conv1d->weight.requires_grad() ? cb * W * C : 0);
+  per_token += gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
+  // The output gate: the rule's output (kept by the norm) and the norm's tensors, z and
+  // silu(z), the normalized output, and the gated product where out_proj keeps it.
+  per_token += db * Hv * Dv * 4 + Hv * norm->kept_bytes(s.dtype_bytes);
+  if (out_proj->keeps_input()) per_token += db * Hv * Dv;
+  ActivationMemory m;
+  m.saved = T * per_token;
+  return m;
 }
 
 at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {

@@ -37,6 +37,7 @@ class GatedAttentionImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
   bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   int64_t num_heads, num_kv_heads, head_dim, rotary_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // q_proj: [Nh*2D, H]
@@ -68,6 +69,7 @@ class GatedDeltaNetImpl : public AttentionModule {
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
   double score_macs_per_token(int64_t seq_len) const override;
+  ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
   int64_t key_heads, value_heads, key_dim, value_dim;
   DeltaNetProjections form;

@@ -144,6 +144,16 @@ std::pair<int64_t, int64_t> chunk_shape(int64_t length, int64_t chunk) {
 
 }  // namespace
 
+double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
+  const auto [L, P] = chunk_shape(std::max<int64_t>(1, seq_len), 64);
+  const double cb = dtype_bytes == 8 ? 8 : 4, l = double(L), dk = double(Dk), dv = double(Dv);
+  // Per padded token and head: five [L, L] rows (decay, k k^T, A, q k^T, intra), k beta,
+  // the solve's result, q and k decayed, u, the inputs (2 Dk + Dv + 2) and their decays,
+  // and the state of each chunk (two per chunk: before and after its decay).
+  const double per_head = 5 * l + 4 * dk + 2 * dv + (2 * dk + dv + 2) + 2 + 2 * dk * dv / l;
+  return cb * per_head * double(Hv) * double(P) / double(std::max<int64_t>(1, seq_len));
+}
+
 at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout) {
   GLINT_CHECK(x.dim() == 3, "causal_depthwise_conv1d: x must be [B,S,C], got ", x.sizes());
   const int64_t B = x.size(0), S = x.size(1), C = x.size(2);

@@ -40,4 +40,10 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk = 64,
                             at::Tensor* final_state = nullptr);
 
+// Bytes gated_delta_rule keeps for backward per token of sequences of `seq_len` tokens
+// (with the default chunk), in the compute type of `dtype_bytes` inputs: per chunk and
+// head its [L, L] decay and products, its [L, D] operands, the state it starts from, and
+// its packed inputs; padding to whole chunks counted.
+double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes);
+
 }  // namespace glint
