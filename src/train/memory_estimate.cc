@@ -63,11 +63,19 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
     for (const at::Tensor& p : layer->parameters()) params += double(p.numel()) * double(p.element_size());
     layer_bytes = std::max(layer_bytes, params);
   }
-  m.activations_mb = (std::max(peak, saved) + 2 * T * stream * b) / kMb;  // + embedding and final norm
-  // Loss: the hidden rows of label positions (at most T) and their gradient, and one
-  // tile of logits twice (the tile and its exponentials).
-  const double chunk = double(kLossChunkElements);
-  m.loss_mb = (2 * T * H * b + 2 * std::min(chunk, T * double(c.vocab_size)) * f32) / kMb;
+  // The step peaks either in the loss, every layer's tensors kept: the label rows, their
+  // gradient and one tile of logits (model/chunked_loss.h); or in some layer's backward,
+  // the loss gone but for the hidden rows' gradient. The embedding and the final norm
+  // keep the stream twice.
+  const double ends = 2 * T * stream * b;
+  const double in_loss = 2 * T * H * b + std::min(double(kLossChunkElements), T * double(c.vocab_size)) * f32;
+  if (saved + in_loss >= peak + T * H * b) {
+    m.activations_mb = (saved + ends) / kMb;
+    m.loss_mb = in_loss / kMb;
+  } else {
+    m.activations_mb = (peak + ends) / kMb;
+    m.loss_mb = T * H * b / kMb;
+  }
   m.weights_mb = double(in.weight_bytes) / kMb;
   m.gradients_mb = double(in.gradient_bytes) / kMb;
   if (in.fsdp) {
