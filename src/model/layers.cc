@@ -252,7 +252,10 @@ ActivationMemory sequence_attention_memory(const ActivationShape& s, int64_t Nh,
   const double T = double(s.rows * s.seq_len), db = double(s.dtype_bytes), cb = s.dtype_bytes == 8 ? 8 : 4;
   ActivationMemory m;
   m.saved = T * (db * double(Nh * D + Nkv * D + Nkv * Dv + Nh * Dv) + cb * double(Nh));
-  m.working = 2 * cb * block_attention_scores(s.rows, Nh, s.seq_len, window);
+  // Backward: one block's scores and their gradient, and the gradients of q, k, v and of
+  // the output.
+  m.working = 2 * cb * block_attention_scores(s.rows, Nh, s.seq_len, window) +
+              T * db * double(Nh * D + Nkv * D + Nkv * Dv + Nh * Dv);
   return m;
 }
 

@@ -152,8 +152,9 @@ at::Tensor sequence_attention(const at::Tensor& q, const at::Tensor& k, const at
                               const SequenceLayout& layout, const SequenceKernel& kernel = {});
 
 // The memory of sequence_attention in a training step (ActivationShape, model/family.h):
-// it keeps q, k, v, its output and each row's log-sum-exp; while it runs, one block of
-// scores and their gradient (block_attention). `window` > 0: a sliding window.
+// it keeps q, k, v, its output and each row's log-sum-exp; in backward it holds one block
+// of scores and their gradient (block_attention) and the gradients of its inputs and
+// output. `window` > 0: a sliding window.
 ActivationMemory sequence_attention_memory(const ActivationShape& s, int64_t Nh, int64_t Nkv, int64_t D, int64_t Dv,
                                            int64_t window = 0);
 

@@ -237,6 +237,8 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
     }
   }
   m.saved += T * per_token;
+  // Backward of the experts: the gradients of each routed copy's rows, GLU and output.
+  m.working = T * K * db * (2 * H + 2 * I);
   return m;
 }
 

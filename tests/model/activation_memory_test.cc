@@ -115,18 +115,24 @@ TEST_P(LayerMemory, EachLayerKeepsWhatItsModulesSay) {
       SCOPED_TRACE("layer " + std::to_string(l));
       DecoderLayer layer = m->layer(l);
       const auto& p = runner->parts[size_t(l)];
-      // The modules alone, where their formulas follow their code step by step: within 1%
-      // (Gated DeltaNet's chunked rule, DeepSeek-V4's blocked attention: 10%).
+      // The formulas follow libtorch 1.13's saved tensors step by step: there each module
+      // within 1% (Gated DeltaNet's chunked rule, DeepSeek-V4's blocked attention: 10%).
+      // libtorch 2.x saves less in places (its fused CPU attention among them): there the
+      // modules and layers are held to the estimate's own bound, 0.8-1.3x.
+      const bool exact = compat::torch_version().rfind("1.", 0) == 0;
       const bool approximate = f.name() == "deepseek_v4" || (f.name().rfind("qwen3_", 0) == 0 && l == 0);
-      const double module_tol = approximate ? 0.1 : 0.01;
-      EXPECT_NEAR(layer->self_attn->activation_memory(shape).saved / p.attention, 1.0, module_tol);
-      EXPECT_NEAR(layer->mlp->activation_memory(shape).saved / p.mlp, 1.0, f.name() == "deepseek_v4" ? 0.03 : 0.01);
+      auto within = [&](double ratio, double tol, const char* what) {
+        if (exact) EXPECT_NEAR(ratio, 1.0, tol) << what;
+        else EXPECT_TRUE(ratio >= 0.8 && ratio <= 1.3) << what << ": " << ratio;
+      };
+      within(layer->self_attn->activation_memory(shape).saved / p.attention, approximate ? 0.1 : 0.01, "attention");
+      within(layer->mlp->activation_memory(shape).saved / p.mlp, f.name() == "deepseek_v4" ? 0.03 : 0.01, "mlp");
       // The whole layer, its norms and residuals (or hyper-connections) with them. Layer 0
       // under LoRA keeps less than said: its input (the frozen embedding) needs no gradient,
       // so its first norm keeps nothing.
       const double measured = double(runner->kept[size_t(l)]), said = layer->activation_memory(shape).saved;
-      EXPECT_GT(said / measured, 0.9) << said << " vs " << measured << " bytes";
-      EXPECT_LT(said / measured, 1.1) << said << " vs " << measured << " bytes";
+      EXPECT_GT(said / measured, exact ? 0.9 : 0.8) << said << " vs " << measured << " bytes";
+      EXPECT_LT(said / measured, exact ? 1.1 : 1.3) << said << " vs " << measured << " bytes";
     }
   }
 }

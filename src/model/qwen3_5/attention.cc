@@ -178,6 +178,8 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
   if (out_proj->keeps_input()) per_token += db * Hv * Dv;
   ActivationMemory m;
   m.saved = T * per_token;
+  // Backward of the chunked rule: the gradients of what it keeps, about as large.
+  m.working = T * gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
   return m;
 }
 
