@@ -1,8 +1,9 @@
 #include "lora/tenants.h"
 
-#include <algorithm>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "model/adaptable.h"
@@ -19,6 +20,15 @@ struct TenantBank::Routing {
 };
 
 namespace {
+
+// A row goes through its own tenant's adapter: the most any slot's adapter keeps per row.
+template <typename Adapter>
+double most_kept(const std::vector<std::shared_ptr<Adapter>>& slots) {
+  double most = 0;
+  for (const auto& s : slots)
+    if (s) most = std::max(most, s->kept_per_row());
+  return most;
+}
 
 // Applies each slot's LoRA to the slot's sequences: x [B, S, in] -> [B, S, out].
 class TenantLinear : public LinearAdapter {
@@ -67,13 +77,8 @@ class TenantLinear : public LinearAdapter {
     shape.back() = out_;
     return y.reshape(shape);
   }
+  double kept_per_row() const override { return most_kept(slots_); }
   std::shared_ptr<const TenantBank::Routing> routing_;
-  double kept_per_row() const override {
-    double most = 0;
-    for (const auto& s : slots_)
-      if (s) most = std::max(most, s->kept_per_row());
-    return most;
-  }
   std::vector<std::shared_ptr<LoraLinear>> slots_;  // null where the slot's tenant has none
   int64_t out_;
 };
@@ -119,12 +124,7 @@ class TenantExperts : public ExpertAdapter {
     return out;
   }
   // A row goes through its own tenant's adapter: the largest any slot keeps.
-  double kept_per_row() const override {
-    double most = 0;
-    for (const auto& s : slots_)
-      if (s) most = std::max(most, s->kept_per_row());
-    return most;
-  }
+  double kept_per_row() const override { return most_kept(slots_); }
   std::vector<std::shared_ptr<LoraExperts>> slots_;
   int64_t out_;
 };
