@@ -352,7 +352,7 @@ Action add_bench(CLI::App& app) {
   load->add_flag("--full", load_opt->full, "full fine-tuning instead of LoRA");
   load->add_option("--ep", load_opt->parallel.ep, "expert parallelism over N ranks")->capture_default_str();
   load->add_option("--batch-size", load_opt->optim.batch_size, "sequences in the training step")->capture_default_str();
-  load->add_option("--threads", load_opt->model.threads, "intra-op threads per rank (0: all cores)")->capture_default_str();
+  load->add_option("--threads", load_opt->model.threads, "intra-op threads per rank (0: OMP_NUM_THREADS if set, else the cores shared among the node's ranks)")->capture_default_str();
   load->add_option("--dtype", load_opt->model.dtype, "weights and compute: auto, float32, bfloat16")->capture_default_str();
   // bench ep: the orchestrator, and the per-rank program it launches.
   auto ep_opt = std::make_shared<TrainOptions>();

@@ -12,11 +12,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/compat.h"
+#include "core/cpu_threads.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -67,7 +67,7 @@ int run_bench_decode(const BenchDecodeOptions& o) {
   GLINT_USAGE_CHECK(o.tokens > 0 && o.warmup >= 0, "--tokens must be positive and --warmup >= 0");
   for (int64_t h : o.history) GLINT_USAGE_CHECK(h > 0, "--history lengths must be positive, got ", h);
   GLINT_CHECK(path_exists(o.model), "--model ", o.model, ": no such directory");
-  compat::set_cpu_threads(o.threads > 0 ? int(o.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  compat::set_cpu_threads(cpu_threads_for(int(o.threads), 1));
   const c10::Device device = parse_device(o.device, "--device");
   TensorPlacement lazy{parse_dtype(o.dtype, "--dtype"), device};
   lazy.lazy = true;
@@ -112,7 +112,7 @@ CLI::App* add_bench_decode(CLI::App& bench, Action* action) {
   cmd->add_option("--warmup", o->warmup, "untimed new tokens first")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "weights and compute: float32, bfloat16, float64")->capture_default_str();
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "intra-op threads (0: OMP_NUM_THREADS if set, else all cores)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the random token ids")->capture_default_str();
   cmd->add_flag("--compare", o->compare,
                 "also time decoding with every attention sublayer recomputed over the history (no decoding state)");

@@ -13,11 +13,11 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/compat.h"
+#include "core/cpu_threads.h"
 #include "core/error.h"
 #include "model/chunked_loss.h"
 
@@ -44,7 +44,7 @@ double best_seconds(int64_t repeats, F&& loss) {
 }
 
 int run_bench_loss(const BenchLossOptions& o) {
-  compat::set_cpu_threads(o.threads > 0 ? int(o.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  compat::set_cpu_threads(cpu_threads_for(int(o.threads), 1));
   at::manual_seed(0);
   at::Tensor h = (at::randn({o.tokens, o.hidden}) * 0.5).requires_grad_(true);  // [N,H]
   at::Tensor w = (at::randn({o.vocab, o.hidden}) * 0.02).requires_grad_(o.head_grad);  // [V,H]
@@ -92,7 +92,7 @@ CLI::App* add_bench_loss(CLI::App& bench, Action* action) {
   cmd->add_option("--hidden", o->hidden, "hidden size H")->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "label tokens N")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed passes each; the fastest is reported")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "intra-op threads (0: OMP_NUM_THREADS if set, else all cores)")->capture_default_str();
   cmd->add_option("--chunk-elements", o->chunk_elements, "logit elements per chunk, one variant each")
       ->delimiter(',');
   cmd->add_flag("--head-grad", o->head_grad, "the head requires grad too (full fine-tuning)");

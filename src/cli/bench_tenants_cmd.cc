@@ -180,7 +180,7 @@ CLI::App* add_bench_tenants(CLI::App& bench, Action* action) {
     c->add_option("--r", o->r, "LoRA rank of every tenant")->capture_default_str();
     c->add_option("--steps", o->steps, "timed rounds (each tenant trains once per round)")->capture_default_str();
     c->add_option("--warmup", o->warmup, "untimed rounds first")->capture_default_str();
-    c->add_option("--threads", o->threads, "intra-op threads (0: all cores)")->capture_default_str();
+    c->add_option("--threads", o->threads, "intra-op threads (0: OMP_NUM_THREADS if set, else all cores)")->capture_default_str();
   }
   cmd->add_option("--counts", o->counts, "tenant counts to compare")->capture_default_str();
   run->add_option("--tenants", o->tenants, "tenants in this configuration")->capture_default_str();

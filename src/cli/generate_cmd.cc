@@ -16,11 +16,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/compat.h"
+#include "core/cpu_threads.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -121,7 +121,7 @@ int run_generate(const GenerateArgs& a) {
   GLINT_USAGE_CHECK(!a.top_p_given || (a.top_p > 0 && a.top_p <= 1), "--top-p must be in (0, 1] (1: off), got ",
                     a.top_p);
   const std::vector<int64_t> extra_stop_ids = parse_ids(a.stop_ids, "--stop-ids");
-  compat::set_cpu_threads(a.threads > 0 ? int(a.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  compat::set_cpu_threads(cpu_threads_for(int(a.threads), 1));
   const c10::Device device = parse_device(a.device, "--device");
   const c10::ScalarType dtype = parse_dtype(a.dtype, "--dtype");
   GLINT_CHECK(path_exists(a.model), "--model ", a.model, ": no such directory");
@@ -250,7 +250,7 @@ Action add_generate(CLI::App& app) {
                                              "and the tokenizer's eos_token)");
   cmd->add_option("--dtype", a->dtype, "float32, bfloat16, float16 or float64")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "intra-op CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "intra-op CPU threads (0: OMP_NUM_THREADS if set, else all cores)")->capture_default_str();
   return [a, temperature, top_k, top_p]() {
     a->temperature_given = temperature->count() > 0;
     a->top_k_given = top_k->count() > 0;

@@ -108,7 +108,7 @@ Action add_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", opts->model.dtype, "auto, float32, bfloat16 or float64")->capture_default_str();
   cmd->add_option("--device", opts->model.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", opts->model.threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", opts->model.threads, "intra-op threads (0: OMP_NUM_THREADS if set, else the cores shared among the node's ranks)")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "dropout streams (adapters take each model's own seed)")->capture_default_str();
   return [=]() -> int {
     const World world = World::from_env();

@@ -103,7 +103,7 @@ void add_train_flags(CLI::App* cmd, TrainOptions* o, std::string* targets) {
   cmd->add_option("--dtype", o->model.dtype, "auto (bfloat16 on a GPU, float32 on the CPU), float32, bfloat16 or float64; "
                                        "bfloat16 keeps float32 master copies of what trains")->capture_default_str();
   cmd->add_option("--device", o->model.device, "auto (cuda:LOCAL_RANK when a GPU is present, else cpu), cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--threads", o->model.threads, "intra-op threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o->model.threads, "intra-op threads (0: OMP_NUM_THREADS if set, else the cores shared among the node's ranks)")->capture_default_str();
   cmd->add_option("--log-every", o->run.log_every, "readable line every N steps")->capture_default_str();
   cmd->add_option("--eval-every", o->run.eval_every,
                   "evaluate every N steps and at the end (0: at the end only): --eval-data's loss, tenants' eval=, "

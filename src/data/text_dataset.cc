@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_threads.h"
 #include "core/error.h"
 #include "data/lengths.h"
 
@@ -552,7 +553,7 @@ std::vector<Sample> read_text_jsonl(const std::string& path, const Tokenizer& to
       }
     }
   };
-  int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = o.threads > 0 ? o.threads : available_cores();
   threads = int(std::min<size_t>(threads, std::max<size_t>(1, lines.size())));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);

@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <thread>
 
 #include "core/compat.h"
 #include "core/error.h"
@@ -77,8 +79,10 @@ void run_collective(const char* op, int rank, F&& start) {
 // work's tensors, so they live as long as the collective.
 class WorkInFlight : public PendingCollective {
  public:
-  WorkInFlight(c10::intrusive_ptr<c10d::Work> work, std::function<at::Tensor()> finish, const char* op, int rank)
-      : work_(std::move(work)), finish_(std::move(finish)), op_(op), rank_(rank) {}
+  // worker_lets_go: the backend's worker thread holds the work a moment after it is done.
+  WorkInFlight(c10::intrusive_ptr<c10d::Work> work, std::function<at::Tensor()> finish, const char* op, int rank,
+               bool worker_lets_go = false)
+      : work_(std::move(work)), finish_(std::move(finish)), op_(op), rank_(rank), worker_lets_go_(worker_lets_go) {}
   ~WorkInFlight() override {
     if (!work_) return;
     try {
@@ -90,6 +94,14 @@ class WorkInFlight : public PendingCollective {
     GLINT_ASSERT(work_, op_, " waited for twice");
     c10::intrusive_ptr<c10d::Work> work = std::move(work_);
     wait_work(*work, op_, rank_);
+    if (worker_lets_go_) {
+      // Gloo's worker thread marks the work done before it drops its own reference to it.
+      // Waiting those few microseconds for it frees the buffers the work holds here, on
+      // the thread that made them: where the allocators' reports (--profile) see the free
+      // and not a buffer that never dies.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (work.use_count() > 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
     return finish_();
   }
 
@@ -98,6 +110,7 @@ class WorkInFlight : public PendingCollective {
   std::function<at::Tensor()> finish_;
   const char* op_;
   int rank_;
+  bool worker_lets_go_;
 };
 
 // One process: every collective is the identity (or a copy).
@@ -218,7 +231,7 @@ class GlooComm : public Comm {
     count("all_gather", nbytes(in) * (size_ - 1));
     at::Tensor like = t;
     return std::make_unique<WorkInFlight>(
-        work, [out, in, like, raw] { return raw ? from_bytes(out, like) : out; }, "all_gather", rank_);
+        work, [out, in, like, raw] { return raw ? from_bytes(out, like) : out; }, "all_gather", rank_, true);
   }
 
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const at::Tensor& t) override {
@@ -365,7 +378,7 @@ class GlooComm : public Comm {
     count(op, sent);
     at::Tensor like = t;
     return std::make_unique<WorkInFlight>(
-        work, [out, in, like, raw, then] { return then(raw ? from_bytes(out, like) : out); }, op, rank_);
+        work, [out, in, like, raw, then] { return then(raw ? from_bytes(out, like) : out); }, op, rank_, true);
   }
 
   int rank_, size_;

@@ -12,9 +12,9 @@
 #include <optional>
 #include <set>
 #include <cstdio>
-#include <thread>
 
 #include "core/compat.h"
+#include "core/cpu_threads.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -48,8 +48,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<Comm> comm)
     GLINT_USAGE_CHECK((opt_.optim.batch_size / W) % opt_.memory.micro_batch_size == 0, "each rank's share of --batch-size (",
                 opt_.optim.batch_size / W, ") must be a multiple of --micro-batch-size (",
                 opt_.memory.micro_batch_size, ")");
-  compat::set_cpu_threads(opt_.model.threads > 0 ? int(opt_.model.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
-  const c10::Device device = resolve_device(opt_.model.device, World::from_env().local_rank, "--device");
+  const World here = World::from_env();
+  compat::set_cpu_threads(cpu_threads_for(int(opt_.model.threads), here.local_world_size));
+  const c10::Device device = resolve_device(opt_.model.device, here.local_rank, "--device");
   TensorPlacement place{resolve_dtype(opt_.model.dtype, device, "--dtype"), device};
   std::unique_ptr<CheckpointReader> checkpoint;
   const bool service = opt_.service.slots > 0;

@@ -2,6 +2,7 @@
 // both gradients, experts without tokens included), attention with grouped kv heads and
 // a mask, and the CPU thread settings.
 #include "core/compat.h"
+#include "core/cpu_threads.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -151,6 +152,23 @@ TEST(CpuThreads, SetsATenAndTheBlasPool) {
     EXPECT_EQ(get(), 1) << "OpenBLAS keeps its own thread count";
   compat::set_cpu_threads(before);
   EXPECT_EQ(at::get_num_threads(), before);
+}
+
+// Without --threads a process takes OMP_NUM_THREADS when set (torchrun sets 1 per rank), else
+// its share of the cores: four ranks on two cores taking two threads each ran 20x slower.
+TEST(CpuThreads, TheDefaultIsTheEnvironmentsElseTheNodesCoresSharedAmongItsRanks) {
+  EXPECT_EQ(cpu_threads_for(3, 4, nullptr, 2), 3);
+  EXPECT_EQ(cpu_threads_for(3, 1, "1", 16), 3);
+  EXPECT_EQ(cpu_threads_for(0, 8, "1", 16), 1);
+  EXPECT_EQ(cpu_threads_for(0, 1, "6", 2), 6);
+  EXPECT_EQ(cpu_threads_for(0, 1, "6,2", 16), 6);
+  EXPECT_EQ(cpu_threads_for(0, 1, nullptr, 16), 16);
+  EXPECT_EQ(cpu_threads_for(0, 4, nullptr, 16), 4);
+  EXPECT_EQ(cpu_threads_for(0, 3, nullptr, 16), 5);
+  EXPECT_EQ(cpu_threads_for(0, 4, nullptr, 2), 1);
+  for (const char* unusable : {"", "0", "-2", "x", "4x", " "})
+    EXPECT_EQ(cpu_threads_for(0, 2, unusable, 8), 4) << "OMP_NUM_THREADS=\"" << unusable << "\"";
+  EXPECT_GE(available_cores(), 1);
 }
 
 // The fused kernels follow the GPU's capability as well as the libtorch: an A100 (8.0)
