@@ -70,6 +70,7 @@ class FsdpRunner : public RecomputeRunner {
   void begin_root();
   void end_root();
   int64_t root_unit() const { return int64_t(units_.size()) - 1; }
+  bool overlaps() const { return overlap_; }  // the next layer gathered while one computes
   int64_t num_units() const { return int64_t(units_.size()); }
 
   // Collective: full tensors per parameter name from one shard-shaped tensor per entry of

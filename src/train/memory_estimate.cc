@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "model/causal_lm.h"
@@ -49,40 +50,77 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
   shape.rows = in.rows;
   shape.seq_len = in.seq_len;
   shape.dtype_bytes = in.dtype_bytes;
-  // What each layer's modules keep for backward (model/family.h); under recompute only
-  // each layer's input, the layer's own saved again while its backward runs.
-  // The peak comes in the backward of some layer l: what the layers before it keep, its
-  // own saved tensors (again, under recompute) and its working set.
-  double saved = 0, peak = 0, layer_bytes = 0;
+  auto bytes = [](const at::Tensor& p) { return double(p.numel()) * double(p.element_size()); };
+  double trainable = 0;
+  for (const at::Tensor& p : model.parameters())
+    if (p.requires_grad()) trainable += bytes(p);
+  // Each layer's share of this rank's gradients, in the proportion of the layer's trainable
+  // parameters to the model's; the rest (embedding, head) is the root's.
+  const double G = double(in.gradient_bytes);
+  struct Layer {
+    ActivationMemory a;
+    double gradients;
+  };
+  std::vector<Layer> layers;
+  double layer_bytes = 0, layers_gradients = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     DecoderLayer layer = model.layer(l);
-    const ActivationMemory a = layer->activation_memory(shape);
-    peak = std::max(peak, saved + a.saved + a.working);
-    saved += in.recompute ? T * stream * b : a.saved;
-    double params = 0;
-    for (const at::Tensor& p : layer->parameters()) params += double(p.numel()) * double(p.element_size());
+    double params = 0, own = 0;
+    for (const at::Tensor& p : layer->parameters()) {
+      params += bytes(p);
+      if (p.requires_grad()) own += bytes(p);
+    }
     layer_bytes = std::max(layer_bytes, params);
+    layers.push_back({layer->activation_memory(shape), trainable > 0 ? G * own / trainable : 0});
+    layers_gradients += layers.back().gradients;
   }
-  // The step peaks either in the loss, every layer's tensors kept: the label rows, their
-  // gradient and one tile of logits (model/chunked_loss.h); or in some layer's backward,
-  // the loss gone but for the hidden rows' gradient. The embedding and the final norm
-  // keep the stream twice.
+  const double root_gradients = std::max(0.0, G - layers_gradients);
+  // With one micro-batch a step's gradients appear as its backward runs (the head's in the
+  // loss, a layer's in its backward, the embedding's last); with several, the earlier
+  // micro-batches' are all there while a later one runs.
+  const bool accumulating = in.micro_batches > 1;
+  // The peak comes in the backward of some layer l: what the layers before it keep for
+  // backward (under recompute only each layer's input), its own saved tensors (again,
+  // under recompute) and its working set, the gradients made so far; ...
+  double saved = 0, peak = 0, peak_gradients = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    double made = root_gradients;
+    for (size_t j = l; j < layers.size(); ++j) made += layers[j].gradients;
+    if (accumulating) made = G;
+    const double here = saved + layers[l].a.saved + layers[l].a.working;
+    if (here + made > peak + peak_gradients) {
+      peak = here;
+      peak_gradients = made;
+    }
+    saved += in.recompute ? T * stream * b : layers[l].a.saved;
+  }
+  // ... or in the loss, every layer's tensors kept: the label rows, their gradient and one
+  // tile of logits (model/chunked_loss.h); or once the backward is done, every gradient
+  // there and the optimizer's two float32 temporaries of the largest tensor. The embedding
+  // and the final norm keep the stream twice.
   const double ends = 2 * T * stream * b;
   const double in_loss = 2 * T * H * b + std::min(double(kLossChunkElements), T * double(c.vocab_size)) * f32;
-  if (saved + in_loss >= peak + T * H * b) {
+  const double loss_gradients = accumulating ? G : root_gradients;
+  const double at_update = G + 2 * double(in.largest_gradient_numel) * f32;
+  const double in_layer = peak + ends + T * H * b + peak_gradients;
+  const double in_the_loss = saved + ends + in_loss + loss_gradients;
+  if (at_update >= in_layer && at_update >= in_the_loss) {
+    m.gradients_mb = at_update / kMb;
+  } else if (in_the_loss >= in_layer) {
     m.activations_mb = (saved + ends) / kMb;
     m.loss_mb = in_loss / kMb;
+    m.gradients_mb = loss_gradients / kMb;
   } else {
     m.activations_mb = (peak + ends) / kMb;
     m.loss_mb = T * H * b / kMb;
+    m.gradients_mb = peak_gradients / kMb;
   }
   m.weights_mb = double(in.weight_bytes) / kMb;
-  m.gradients_mb = double(in.gradient_bytes) / kMb;
   if (in.fsdp) {
     double root = (double(c.vocab_size) * H * (c.tie_word_embeddings ? 1 : 2) + H) * b;
-    // The layer running and the next one, prefetched; with --full, two layers' gradients
-    // in flight to the reduce-scatter and the root's.
-    double gathered = 2 * layer_bytes + root;
+    // The layer running, and with overlap the next one, prefetched; with --full as many
+    // layers' gradients on their way to the reduce-scatter, and the root's.
+    double gathered = (in.fsdp_overlap ? 2 : 1) * layer_bytes + root;
     if (in.full) gathered *= 2;
     m.gathered_mb = gathered / kMb;
   }

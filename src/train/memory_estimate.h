@@ -16,18 +16,22 @@ struct MemoryInputs {
   int64_t weight_bytes = 0;     // held between steps: base weights (this rank's shards),
                                 // adapters, optimizer moments
   int64_t gradient_bytes = 0;   // gradients of the trainable tensors this rank holds
+  int64_t largest_gradient_numel = 0;  // elements of the largest of them
+  int64_t micro_batches = 1;    // per step: from the second on, every gradient is there throughout
   int64_t data_bytes = 0;       // the tokenized data set in memory
   int64_t dtype_bytes = 4;      // activations' element size
   int64_t rows = 1;             // sequences per micro-batch
   int64_t seq_len = 128;        // S (an upper bound: batches are padded to their longest row)
   bool recompute = false;       // activation checkpointing or FSDP: layers recomputed
   bool fsdp = false;            // layers gathered one at a time, the root for the step
+  bool fsdp_overlap = false;    // and the next layer gathered while one computes
   bool full = false;            // gathered layers get full-size gradients too
 };
 
 struct MemoryEstimate {
   double weights_mb = 0;      // weights, adapters, optimizer moments
-  double gradients_mb = 0;    // trainable tensors' gradients
+  double gradients_mb = 0;    // trainable tensors' gradients live at the peak (after the
+                              // backward: all of them and the optimizer's temporaries)
   double activations_mb = 0;  // saved for backward in one micro-batch, plus one layer's
                               // transient buffers (attention scores among them)
   double loss_mb = 0;         // the chunked loss: selected hidden rows and logit chunks

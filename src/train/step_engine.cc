@@ -199,6 +199,24 @@ void StepEngine::reduce(const std::vector<Learner*>& learners) {
   }
 }
 
+namespace {
+
+// The sum of g's squares in float64, a block of elements at a time: a float64 copy of the
+// whole gradient and its square took four times the largest gradient (a layer's packed
+// experts) on top of all the gradients.
+double squared_sum(const at::Tensor& g) {
+  constexpr int64_t kBlock = int64_t(1) << 20;
+  const at::Tensor flat = g.contiguous().view(-1);
+  at::Tensor sum = at::zeros({}, flat.options().dtype(at::kDouble));  // on g's device: one sync
+  for (int64_t off = 0; off < flat.numel(); off += kBlock) {
+    const at::Tensor block = flat.narrow(0, off, std::min(kBlock, flat.numel() - off)).to(at::kDouble);
+    sum.add_(at::dot(block, block));
+  }
+  return sum.item<double>();
+}
+
+}  // namespace
+
 double StepEngine::clip(Learner& learner, double max_norm) {
   // One rule for every placement: sum of squares over the tensors this rank holds, each
   // divided by how many ranks hold an identical copy, summed over the world.
@@ -208,7 +226,7 @@ double StepEngine::clip(Learner& learner, double max_norm) {
   for (size_t i = 0; i < learner.params.size(); ++i) {
     const at::Tensor& g = learner.params[i].grad();
     if (!g.defined()) continue;
-    local += g.to(at::kDouble).pow(2).sum().item<double>() / learner.placement[i].copies;
+    local += squared_sum(g) / learner.placement[i].copies;
   }
   at::Tensor total = at::tensor({local}, at::kDouble);
   parallel_.world->all_reduce_sum(total);

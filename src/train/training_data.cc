@@ -131,7 +131,10 @@ void Trainer::plan_memory() {
   const int W = comm_->size();
   MemoryInputs in;
   in.weight_bytes = local_weight_bytes();
-  for (const auto& p : trainable_parameters()) in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+  for (const auto& p : trainable_parameters()) {
+    in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+    in.largest_gradient_numel = std::max(in.largest_gradient_numel, int64_t(p.numel()));
+  }
   auto data_bytes = [](const std::vector<Sample>& set) {
     int64_t n = 0;
     for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
@@ -142,6 +145,7 @@ void Trainer::plan_memory() {
   in.seq_len = data_->collate.seq_len;
   in.recompute = opt_.parallel.fsdp || opt_.parallel.recompute;
   in.fsdp = opt_.parallel.fsdp;
+  in.fsdp_overlap = fsdp_runner() && fsdp_runner()->overlaps();
   in.full = opt_.full;
   // Rows of one step on this rank: its share of the batch (of every tenant's batch).
   int64_t rows = 0;
@@ -151,6 +155,7 @@ void Trainer::plan_memory() {
                                              : parse_memory_size(opt_.memory.budget, "--memory-budget");
   auto estimate = [&](int64_t mbs) {
     in.rows = mbs;
+    in.micro_batches = rows / mbs;
     MemoryEstimate e;
     auto fn = [&] { e = estimate_memory(*model_, in); };
     if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);  // the layers hold shards
