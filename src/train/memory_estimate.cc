@@ -51,9 +51,12 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
   shape.seq_len = in.seq_len;
   shape.dtype_bytes = in.dtype_bytes;
   auto bytes = [](const at::Tensor& p) { return double(p.numel()) * double(p.element_size()); };
+  // With --full every weight trains, whatever it says now (under FSDP the shards, not the
+  // layers' parameters, require grad); else the parameters that do (the adapters).
+  auto trains = [&](const at::Tensor& p) { return in.full || p.requires_grad(); };
   double trainable = 0;
   for (const at::Tensor& p : model.parameters())
-    if (p.requires_grad()) trainable += bytes(p);
+    if (trains(p)) trainable += bytes(p);
   // Each layer's share of this rank's gradients, in the proportion of the layer's trainable
   // parameters to the model's; the rest (embedding, head) is the root's.
   const double G = double(in.gradient_bytes);
@@ -68,7 +71,7 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
     double params = 0, own = 0;
     for (const at::Tensor& p : layer->parameters()) {
       params += bytes(p);
-      if (p.requires_grad()) own += bytes(p);
+      if (trains(p)) own += bytes(p);
     }
     layer_bytes = std::max(layer_bytes, params);
     layers.push_back({layer->activation_memory(shape), trainable > 0 ? G * own / trainable : 0});

@@ -25,7 +25,7 @@ struct MemoryInputs {
   bool recompute = false;       // activation checkpointing or FSDP: layers recomputed
   bool fsdp = false;            // layers gathered one at a time, the root for the step
   bool fsdp_overlap = false;    // and the next layer gathered while one computes
-  bool full = false;            // gathered layers get full-size gradients too
+  bool full = false;            // every weight trains; gathered layers get full-size gradients too
 };
 
 struct MemoryEstimate {
