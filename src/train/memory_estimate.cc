@@ -85,11 +85,10 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
   // The peak comes in the backward of some layer l: what the layers before it keep for
   // backward (under recompute only each layer's input), its own saved tensors (again,
   // under recompute) and its working set, the gradients made so far; ...
-  double saved = 0, peak = 0, peak_gradients = 0;
+  double saved = 0, peak = 0, peak_gradients = 0, not_yet = 0;  // not_yet: the layers before l's
   for (size_t l = 0; l < layers.size(); ++l) {
-    double made = root_gradients;
-    for (size_t j = l; j < layers.size(); ++j) made += layers[j].gradients;
-    if (accumulating) made = G;
+    const double made = accumulating ? G : root_gradients + layers_gradients - not_yet;
+    not_yet += layers[l].gradients;
     const double here = saved + layers[l].a.saved + layers[l].a.working;
     if (here + made > peak + peak_gradients) {
       peak = here;

@@ -166,6 +166,41 @@ TEST(Everyday, RouterAuxLossFromTheOptions) {
   EXPECT_LT(t.step(t.next_micro_batches()).aux_loss, 0);  // < 0: not computed
 }
 
+// A step's gradients are there only once made: with one micro-batch a layer's appear in
+// its backward, after the later layers' activations are gone, so the step needs less than
+// when earlier micro-batches' gradients sit beside every activation.
+TEST(Everyday, EstimateCountsGradientsOnlyOnceTheStepHasMadeThem) {
+  CausalLM model(tiny_moe_config(ReverseDigitsTask::kVocabSize), TensorPlacement{});
+  MemoryInputs in;
+  in.seq_len = 512;
+  in.rows = 8;
+  in.full = true;
+  for (const at::Tensor& p : model->parameters()) {
+    in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
+    in.largest_gradient_numel = std::max(in.largest_gradient_numel, int64_t(p.numel()));
+  }
+  // Gradients of the activations' order (the tiny model's own are a few kB), spread over
+  // the layers and the root as its parameters are.
+  in.gradient_bytes = int64_t(8) << 20;
+  auto step = [](const MemoryEstimate& e) { return e.gradients_mb + e.activations_mb + e.loss_mb; };
+  const double G = 8;
+  in.micro_batches = 1;
+  const MemoryEstimate one = estimate_memory(*model, in);
+  in.micro_batches = 4;
+  const MemoryEstimate accumulating = estimate_memory(*model, in);
+  EXPECT_GE(accumulating.gradients_mb, G);
+  EXPECT_GE(step(accumulating), step(one) + 0.25 * G);
+  EXPECT_LT(one.gradients_mb, G);
+  EXPECT_GT(step(one), G);
+  // Gradients far larger than any activation: the step peaks where the last of them are
+  // made, in the first layer's backward, with only that layer's tensors beside them.
+  in.micro_batches = 1;
+  in.gradient_bytes = int64_t(1) << 34;
+  const MemoryEstimate late = estimate_memory(*model, in);
+  EXPECT_GE(late.gradients_mb, 16384.0);
+  EXPECT_LT(late.activations_mb, one.activations_mb);
+}
+
 // The micro-batch follows the budget: a generous one takes the whole share, a tight one
 // splits it, and the estimate grows with the micro-batch.
 TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
