@@ -26,6 +26,7 @@
 #include "model/decode_cache.h"
 #include "model/weights.h"
 #include "parallel/parallelize.h"
+#include "train/memory_estimate.h"
 
 namespace glint::cli {
 
@@ -38,10 +39,15 @@ struct BenchDecodeOptions {
   bool compare = false;
 };
 
+struct Decoding {
+  double seconds_per_token = 0, prefill_seconds = 0;
+  int64_t state_bytes = 0;  // what the cache held at the end (DecodeCache::bytes)
+};
+
 // Seconds per new token after a prefill of `history` tokens: the mean of o.tokens steps
 // after o.warmup untimed ones, and the prefill's seconds.
-std::pair<double, double> time_decoding(CausalLMImpl& m, const BenchDecodeOptions& o, int64_t history,
-                                        const c10::Device& device, bool recompute = false) {
+Decoding time_decoding(CausalLMImpl& m, const BenchDecodeOptions& o, int64_t history, const c10::Device& device,
+                       bool recompute = false) {
   at::NoGradGuard no_grad;
   const int64_t vocab = m.config.vocab_size, steps = o.warmup + o.tokens;
   at::Generator gen = at::detail::createCPUGenerator(uint64_t(o.seed + history));
@@ -60,7 +66,7 @@ std::pair<double, double> time_decoding(CausalLMImpl& m, const BenchDecodeOption
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = o.warmup; i < steps; ++i) step(history + i, 1);
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {total / double(o.tokens), prefill};
+  return {total / double(o.tokens), prefill, cache.bytes()};
 }
 
 int run_bench_decode(const BenchDecodeOptions& o) {
@@ -81,13 +87,18 @@ int run_bench_decode(const BenchDecodeOptions& o) {
   nlohmann::json results = nlohmann::json::array();
   for (int64_t h : o.history) {
     nlohmann::json r = {{"history", h}};
-    auto [per_token, prefill] = time_decoding(*model, o, h, device);
-    r["ms_per_token"] = per_token * 1e3;
-    r["prefill_s"] = prefill;
+    const Decoding d = time_decoding(*model, o, h, device);
+    r["ms_per_token"] = d.seconds_per_token * 1e3;
+    r["prefill_s"] = d.prefill_seconds;
+    // The decoding state of the row, held against the estimate (train/memory_estimate.h).
+    const int64_t positions = h + o.warmup + o.tokens;
+    r["state_mb"] = double(d.state_bytes) / (1 << 20);
+    r["state_estimate_mb"] =
+        decode_state_bytes_per_row(*model, positions, int64_t(c10::elementSize(model->placement.dtype))) / (1 << 20);
     if (o.compare) {
-      const double recompute = time_decoding(*model, o, h, device, /*recompute=*/true).first;
+      const double recompute = time_decoding(*model, o, h, device, /*recompute=*/true).seconds_per_token;
       r["recompute_ms_per_token"] = recompute * 1e3;
-      r["speedup"] = recompute / per_token;
+      r["speedup"] = recompute / d.seconds_per_token;
     }
     std::cerr << "history " << h << ": " << r.dump() << std::endl;
     results.push_back(r);

@@ -35,6 +35,7 @@
 #include "io/model_files.h"
 #include "model/weights.h"
 #include "parallel/parallelize.h"
+#include "train/memory_estimate.h"
 
 namespace glint::cli {
 
@@ -53,6 +54,8 @@ struct GenerateArgs {
   std::string stop_ids;
   std::string dtype = "float32", device = "cpu";
   int64_t threads = 0;
+  std::string memory_budget;
+  bool ignore_memory_estimate = false;
 };
 
 // "1 2 3" (spaces or commas) -> ids; `what` names the flag in errors.
@@ -186,6 +189,22 @@ int run_generate(const GenerateArgs& a) {
   TensorPlacement lazy{dtype, device};
   lazy.lazy = true;
   CausalLM model(ModelConfig::from_file(a.model + "/config.json"), lazy);
+  // Before any weight is read: whether the weights and the decoding state fit.
+  DecodeInputs need;
+  need.prompt = int64_t(request.prompt.size());
+  need.positions = need.prompt + sp.max_new_tokens;
+  need.dtype_bytes = int64_t(c10::elementSize(dtype));
+  const DecodeEstimate estimate = estimate_decode_memory(*model, need);
+  const double budget = a.memory_budget.empty() ? 0.9 * available_memory_mb(1)
+                                                : parse_memory_size(a.memory_budget, "--memory-budget");
+  if (budget > 0 && estimate.total_mb() > budget) {
+    const std::string why = "the " + estimate.line(need) + " exceeds the budget of " +
+                            std::to_string(int64_t(budget + 0.5)) + " MB; a smaller --max-new-tokens (now " +
+                            std::to_string(sp.max_new_tokens) + ") or a shorter prompt (" + std::to_string(need.prompt) +
+                            " tokens) would lower it";
+    GLINT_CHECK(a.ignore_memory_estimate, why, " (--ignore-memory-estimate starts anyway)");
+    std::cerr << "warning: " << why << "\n";
+  }
   parallelize(*model, Comm::create(World{}, device), ParallelOptions{}, open_checkpoint(a.model, model->config).get());
   const int64_t vocab = model->config.vocab_size;
   for (size_t i = 0; i < request.prompt.size(); ++i)
@@ -251,6 +270,10 @@ Action add_generate(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype, "float32, bfloat16, float16 or float64")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", a->threads, "intra-op CPU threads (0: OMP_NUM_THREADS if set, else all cores)")->capture_default_str();
+  cmd->add_option("--memory-budget", a->memory_budget,
+                  "memory the weights and the decoding state may take, e.g. 24G (default: 90% of what is available)");
+  cmd->add_flag("--ignore-memory-estimate", a->ignore_memory_estimate,
+                "start even when the estimated peak memory exceeds --memory-budget (refused otherwise)");
   return [a, temperature, top_k, top_p]() {
     a->temperature_given = temperature->count() > 0;
     a->top_k_given = top_k->count() > 0;

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <ctime>
@@ -177,6 +178,21 @@ Action add_serve(CLI::App& app) {
       http = std::make_unique<HttpServer>(*service, args->max_body_mb << 20, args->http_threads);
       const int port = http->bind(args->host, args->port);
       http_thread = std::thread([&] { http->serve(); });
+      // What a request may add to the weights and the model slots (train/memory_estimate.h):
+      // the service runs one cycle at a time, a training step's or a sampling batch's.
+      const int64_t rows = opts->memory.micro_batch_size > 0 ? opts->memory.micro_batch_size : 8;
+      const int64_t tokens = std::min<int64_t>(1024, c.max_position_embeddings);
+      const MemoryEstimate step = trainer.estimate_step_memory(rows, tokens, 1);
+      DecodeInputs sampling;
+      sampling.rows = 8;
+      sampling.positions = std::min<int64_t>(2048, c.max_position_embeddings);
+      sampling.prompt = sampling.positions / 2;
+      sampling.dtype_bytes = int64_t(c10::elementSize(trainer.model().placement.dtype));
+      const DecodeEstimate decoding = trainer.estimate_decoding_memory(sampling);
+      std::cerr << "glint serve: training " << rows << " rows x " << tokens << " tokens per forward: "
+                << step.line(rows, tokens) << "\n"
+                << "glint serve: sampling " << sampling.rows << " rows of " << sampling.prompt << " + "
+                << sampling.positions - sampling.prompt << " tokens: " << decoding.line(sampling) << "\n";
       std::cerr << "glint serve: " << svc->base_model << " (" << opts->model.dir << "), "
                 << svc->max_tenants << " model slots, rank <= " << svc->max_rank
                 << (comm->size() > 1 ? ", " + std::to_string(comm->size()) + " ranks" : std::string())

@@ -100,13 +100,22 @@ void DecodeCache::fit(at::Tensor& t, int64_t dim, std::vector<int64_t> shape, co
   t = grown;
 }
 
-void KvState::keep_rows(const at::Tensor& rows) {
-  if (k.defined()) k = k.index_select(0, rows);
-  if (v.defined()) v = v.index_select(0, rows);
+void LayerState::keep_rows(const at::Tensor& rows) {
+  for (at::Tensor* t : tensors())
+    if (t->defined()) *t = t->index_select(0, rows);
 }
 
-void HistoryState::keep_rows(const at::Tensor& rows) {
-  if (x.defined()) x = x.index_select(0, rows);
+int64_t LayerState::bytes() {
+  int64_t n = 0;
+  for (at::Tensor* t : tensors())
+    if (t->defined()) n += int64_t(t->storage().nbytes());
+  return n;
+}
+
+int64_t DecodeCache::bytes() const {
+  int64_t n = history_ids_.defined() ? int64_t(history_ids_.storage().nbytes()) : 0;
+  for (const auto& [owner, state] : states_) n += state->bytes();
+  return n;
 }
 
 at::Tensor append_recent(at::Tensor& recent, int64_t keep, const at::Tensor& x, const DecodeCache& cache) {
@@ -138,11 +147,6 @@ void reserve_slots(at::Tensor& t, int64_t dim, int64_t need, std::vector<int64_t
   at::Tensor grown = at::zeros(shape, options);
   if (t.defined()) grown.narrow(dim, 0, t.size(dim)).copy_(t);
   t = grown;
-}
-
-void keep_tensor_rows(std::initializer_list<at::Tensor*> ts, const at::Tensor& rows) {
-  for (at::Tensor* t : ts)
-    if (t->defined()) *t = t->index_select(0, rows);
 }
 
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
@@ -197,6 +201,11 @@ namespace glint {
 
 at::Tensor AttentionModule::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
   return history_forward(*this, x, ctx);
+}
+
+double AttentionModule::decode_state_bytes(int64_t, int64_t) const {
+  GLINT_ASSERT(!keeps_decode_state(), "an attention module that keeps a decoding state does not say its size");
+  return 0;
 }
 
 }  // namespace glint

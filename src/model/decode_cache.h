@@ -26,7 +26,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -39,8 +38,11 @@ namespace glint {
 class LayerState {
  public:
   virtual ~LayerState() = default;
-  // Keeps rows `rows` ([B'] int64 on the cache's device), in that order.
-  virtual void keep_rows(const at::Tensor& rows) = 0;
+  // The tensors it holds (some may still be undefined).
+  virtual std::vector<at::Tensor*> tensors() = 0;
+  // Keeps rows `rows` ([B'] int64 on the cache's device) of every tensor, in that order.
+  void keep_rows(const at::Tensor& rows);
+  int64_t bytes();  // of its tensors' storage
 };
 
 class DecodeCache {
@@ -53,6 +55,8 @@ class DecodeCache {
   DecodeCache& operator=(const DecodeCache&) = delete;
 
   int64_t rows() const { return int64_t(lengths_.size()); }
+  // Bytes its states and token history hold (train/memory_estimate.h estimates them).
+  int64_t bytes() const;
   const std::vector<int64_t>& lengths() const { return lengths_; }  // cached tokens per row
   const c10::Device& device() const { return device_; }
   int64_t capacity() const { return capacity_; }
@@ -112,7 +116,7 @@ class DecodeCache {
 // Keys and values of a full-attention module: [B,N,Cap,D] and [B,N,Cap,Dv].
 struct KvState : LayerState {
   at::Tensor k, v;
-  void keep_rows(const at::Tensor& rows) override;
+  std::vector<at::Tensor*> tensors() override { return {&k, &v}; }
 };
 
 // Appends this forward's keys and values to `state`, then attends each new query over
@@ -142,14 +146,10 @@ at::Tensor append_recent(at::Tensor& recent, int64_t keep, const at::Tensor& x, 
 // position would be too many.
 void reserve_slots(at::Tensor& t, int64_t dim, int64_t need, std::vector<int64_t> shape, const at::TensorOptions& options);
 
-// Keeps rows `rows` of every defined tensor of `ts` (LayerState::keep_rows for a state of
-// several tensors).
-void keep_tensor_rows(std::initializer_list<at::Tensor*> ts, const at::Tensor& rows);
-
 // The inputs of a module with no decoding state of its own: [B,Cap,H].
 struct HistoryState : LayerState {
   at::Tensor x;
-  void keep_rows(const at::Tensor& rows) override;
+  std::vector<at::Tensor*> tensors() override { return {&x}; }
 };
 
 // AttentionModule::forward_cached's default: appends x [B,S,H] to the module's input

@@ -49,11 +49,16 @@ class AttentionModule : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) = 0;
   // The same with ctx.cache set: x holds each row's new tokens, which attend to the
   // row's cached ones too, and join them. A module that keeps its own decoding state
-  // (keys and values, a recurrent state) overrides both this and keeps_decode_state();
-  // the default recomputes forward() over each row's whole history of inputs
-  // (history_forward in model/decode_cache.h): exact, but O(history) per new token.
+  // (keys and values, a recurrent state) overrides this, keeps_decode_state() and
+  // decode_state_bytes(); the default recomputes forward() over each row's whole history
+  // of inputs (history_forward in model/decode_cache.h): exact, but O(history) per token.
   virtual at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx);
   virtual bool keeps_decode_state() const { return false; }
+  // Bytes of one row's decoding state once the cache holds room for `positions` positions,
+  // its elements of `dtype_bytes` (the model's dtype): what forward_cached keeps. A module
+  // that keeps no state of its own (the default) has its inputs kept for it, counted by
+  // the estimate (train/memory_estimate.h), and returns 0.
+  virtual double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const;
   // Multiply-adds per token outside the projections (the score and value products) for
   // sequences of `seq_len` tokens: the FLOP count adds these to its walk of the linears.
   virtual double score_macs_per_token(int64_t seq_len) const = 0;

@@ -31,11 +31,16 @@ struct ActivationShape {
 struct ActivationMemory {
   double saved = 0;
   double working = 0;
+  // What it holds at once in a forward without gradients (decoding's prefill), when the
+  // module says; else about the larger of the two above (inference_or_default).
+  double inference = 0;
   ActivationMemory& operator+=(const ActivationMemory& o) {
     saved += o.saved;
     working = std::max(working, o.working);
+    if (inference > 0 || o.inference > 0) inference = std::max(inference_or_default(), o.inference_or_default());
     return *this;
   }
+  double inference_or_default() const { return inference > 0 ? inference : std::max(saved, working); }
 };
 
 // Where and how parameters are allocated.

@@ -131,6 +131,77 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
   return m;
 }
 
+double DecodeEstimate::total_mb() const { return weights_mb + state_mb + working_mb + overhead_mb; }
+
+std::string DecodeEstimate::line(const DecodeInputs& in) const {
+  std::ostringstream os;
+  os << "estimated peak " << grouped(total_mb()) << " MB = weights " << grouped(weights_mb) << " + decoding state "
+     << grouped(state_mb) << " (" << in.rows << (in.rows == 1 ? " row x " : " rows x ") << grouped(double(in.positions))
+     << " positions) + working " << grouped(working_mb) << " + process " << grouped(overhead_mb);
+  return os.str();
+}
+
+double decode_state_bytes_per_row(CausalLMImpl& model, int64_t positions, int64_t dtype_bytes) {
+  const double H = double(model.config.hidden_size);
+  double bytes = 0;
+  bool history = false;
+  for (int64_t l = 0; l < model.config.num_hidden_layers; ++l) {
+    const AttentionModule& a = *model.layer(l)->self_attn;
+    if (a.keeps_decode_state()) {
+      bytes += a.decode_state_bytes(positions, dtype_bytes);
+    } else {  // HistoryState: the sublayer's inputs
+      bytes += double(positions) * H * double(dtype_bytes);
+      history = true;
+    }
+  }
+  if (history) bytes += double(positions) * double(sizeof(int64_t));  // the rows' token ids
+  return bytes;
+}
+
+DecodeEstimate estimate_decode_memory(CausalLMImpl& model, const DecodeInputs& in) {
+  const ModelConfig& c = model.config;
+  DecodeEstimate e;
+  const double b = double(in.dtype_bytes), V = double(c.vocab_size);
+  const double H = double(c.hidden_size), stream = H * double(c.hc_mult > 0 ? c.hc_mult : 1);
+  double weights = 0;
+  for (const at::Tensor& p : model.parameters()) weights += double(p.numel()) * double(p.element_size());
+  for (const at::Tensor& p : model.buffers()) weights += double(p.numel()) * double(p.element_size());
+  e.weights_mb = weights / kMb;
+  e.state_mb = double(in.rows) * decode_state_bytes_per_row(model, in.positions, in.dtype_bytes) / kMb;
+  // Without gradients a sublayer's tensors go when it returns, and most go sooner: the
+  // largest sublayer's (ActivationMemory::inference) beside the residual stream, its
+  // normed input and its output. A module without a state of its own reruns over every
+  // row's whole history at each step.
+  auto largest_sublayer = [&](int64_t rows, int64_t seq_len, bool history_only) {
+    ActivationShape shape;
+    shape.rows = rows;
+    shape.seq_len = seq_len;
+    shape.dtype_bytes = in.dtype_bytes;
+    double most = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      DecoderLayer layer = model.layer(l);
+      if (history_only && layer->self_attn->keeps_decode_state()) continue;
+      const ActivationMemory a = layer->self_attn->activation_memory(shape);
+      most = std::max(most, a.inference_or_default());
+      if (history_only) continue;
+      const ActivationMemory m = layer->mlp->activation_memory(shape);
+      most = std::max(most, m.inference_or_default());
+    }
+    return most + double(rows) * double(seq_len) * (stream + 2 * H) * b;
+  };
+  // The logits of each row's last position in the model's dtype, and in float64 on the
+  // host with their log-softmax; with prompt log-probabilities a row's whole prompt.
+  const double logits = double(in.rows) * V * (b + 16);
+  const double prompt_logits = in.prompt_logprobs ? double(in.prompt) * V * (b + 16) : 0;
+  const double prefill = largest_sublayer(in.rows, in.prompt, false) + std::max(logits, prompt_logits);
+  bool history = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) history |= !model.layer(l)->self_attn->keeps_decode_state();
+  const double step = (history ? largest_sublayer(in.rows, in.positions, true) : largest_sublayer(in.rows, 1, false)) + logits;
+  e.working_mb = std::max(prefill, step) / kMb;
+  e.overhead_mb = kProcessOverheadMb;
+  return e;
+}
+
 double parse_memory_size(const std::string& text, const std::string& flag) {
   const char* s = text.c_str();
   char* end = nullptr;

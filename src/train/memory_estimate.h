@@ -57,6 +57,37 @@ constexpr double kProcessOverheadMb = 200;
 // FsdpRunner::with_layer_shapes).
 MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in);
 
+// Decoding one batch (generate/generate.h: glint generate, the service's sampling): `rows`
+// rows with room for `positions` positions each, the prompts prefilled together.
+struct DecodeInputs {
+  int64_t rows = 1;
+  int64_t positions = 1;    // per row: the longest prompt + max_new_tokens (the cache's capacity)
+  int64_t prompt = 1;       // the longest prompt: the prefill runs rows x prompt tokens
+  int64_t dtype_bytes = 4;  // the model's dtype
+  bool prompt_logprobs = false;  // each prompt's logits, a row at a time, in float64
+};
+
+struct DecodeEstimate {
+  double weights_mb = 0;   // the model's parameters and buffers, its adapters among them
+  double state_mb = 0;     // every row's decoding state (DecodeCache::bytes)
+  double working_mb = 0;   // the largest forward's transient tensors and its logits
+  double overhead_mb = 0;  // the process itself
+  double total_mb() const;
+  // "estimated peak 1,234 MB = weights 300 + decoding state 800 (4 rows x 2,048 positions)
+  // + working 100 + process 200"
+  std::string line(const DecodeInputs& in) const;
+};
+
+// One row's decoding state after `positions` positions, summed over the layers' attention
+// modules (AttentionModule::decode_state_bytes; a module without a state of its own has
+// its inputs kept, and the cache the row's token ids).
+double decode_state_bytes_per_row(CausalLMImpl& model, int64_t positions, int64_t dtype_bytes);
+
+// Peak memory of decoding the batch `in`: the state is allocated at the prefill for every
+// position a row may reach, so the peak is the state plus the larger of the prefill's
+// working set (one sublayer at a time: no gradients) and a decoding step's.
+DecodeEstimate estimate_decode_memory(CausalLMImpl& model, const DecodeInputs& in);
+
 // Parses a --memory-budget value: "24G", "24GB", "1500M", "1500MB", "1.5T"; a bare number
 // is MiB. Returns MiB. Throws glint::UsageError naming the text.
 double parse_memory_size(const std::string& text, const std::string& flag);

@@ -19,6 +19,7 @@
 #include "lora/lora.h"
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
+#include "train/memory_estimate.h"
 #include "train/optimizer.h"
 #include "train/step_engine.h"
 #include "train/train_options.h"
@@ -118,6 +119,12 @@ class Trainer {
   // --micro-batch-size is 0) and the sequence length in use.
   int64_t micro_batch_size() const { return micro_batch_size_; }
   int64_t seq_len() const { return data_->collate.seq_len; }
+  // The memory estimate (train/memory_estimate.h) of this rank's step of `micro_batches`
+  // micro-batches of `rows` sequences of `seq_len` tokens, with the data this run holds.
+  MemoryEstimate estimate_step_memory(int64_t rows, int64_t seq_len, int64_t micro_batches);
+  // And of decoding the batch `in` with the model as this rank holds it (its weights those
+  // of a step: adapters' moments included, FSDP's shards).
+  DecodeEstimate estimate_decoding_memory(const DecodeInputs& in);
   // One optimizer step on the given micro-batches (sum of label tokens normalizes).
   StepStats step(const std::vector<Batch>& micro_batches);
   // Exact-match accuracy of greedy completions on held-out built-in task samples.

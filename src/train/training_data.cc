@@ -127,41 +127,50 @@ int64_t Trainer::steps_for_epochs(size_t samples, int64_t batch) const {
   return std::max<int64_t>(1, int64_t(std::ceil(opt_.optim.epochs * double(samples) / double(batch) - 1e-9)));
 }
 
-void Trainer::plan_memory() {
-  const int W = comm_->size();
+MemoryEstimate Trainer::estimate_step_memory(int64_t rows, int64_t seq_len, int64_t micro_batches) {
   MemoryInputs in;
   in.weight_bytes = local_weight_bytes();
   for (const auto& p : trainable_parameters()) {
     in.gradient_bytes += int64_t(p.numel()) * int64_t(p.element_size());
     in.largest_gradient_numel = std::max(in.largest_gradient_numel, int64_t(p.numel()));
   }
-  auto data_bytes = [](const std::vector<Sample>& set) {
-    int64_t n = 0;
-    for (const Sample& s : set) n += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
-    return n;
-  };
-  for (const auto& l : learners()) in.data_bytes += data_bytes(l->samples);
+  for (const auto& l : learners())
+    for (const Sample& s : l->samples)
+      in.data_bytes += int64_t(s.input_ids.size()) * 2 * int64_t(sizeof(int64_t)) + int64_t(sizeof(Sample));
   in.dtype_bytes = int64_t(c10::elementSize(model_->placement.dtype));
-  in.seq_len = data_->collate.seq_len;
+  in.rows = rows;
+  in.seq_len = seq_len;
+  in.micro_batches = micro_batches;
   in.recompute = opt_.parallel.fsdp || opt_.parallel.recompute;
   in.fsdp = opt_.parallel.fsdp;
   in.fsdp_overlap = fsdp_runner() && fsdp_runner()->overlaps();
   in.full = opt_.full;
+  MemoryEstimate e;
+  auto fn = [&] { e = estimate_memory(*model_, in); };
+  if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);  // the layers hold shards
+  else fn();
+  return e;
+}
+
+DecodeEstimate Trainer::estimate_decoding_memory(const DecodeInputs& in) {
+  DecodeEstimate e;
+  auto fn = [&] { e = estimate_decode_memory(*model_, in); };
+  if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);
+  else fn();
+  e.weights_mb = double(local_weight_bytes()) / (1 << 20);
+  return e;
+}
+
+void Trainer::plan_memory() {
+  const int W = comm_->size();
+  const int64_t seq_len = data_->collate.seq_len;
   // Rows of one step on this rank: its share of the batch (of every tenant's batch).
   int64_t rows = 0;
   for (const auto& l : learners()) rows += l->batch_size / W;
-  const bool chosen_by_user = opt_.memory.micro_batch_size > 0;
   double budget = opt_.memory.budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
                                              : parse_memory_size(opt_.memory.budget, "--memory-budget");
-  auto estimate = [&](int64_t mbs) {
-    in.rows = mbs;
-    in.micro_batches = rows / mbs;
-    MemoryEstimate e;
-    auto fn = [&] { e = estimate_memory(*model_, in); };
-    if (FsdpRunner* f = fsdp_runner()) f->with_layer_shapes(fn);  // the layers hold shards
-    else fn();
-    return e;
-  };
+  auto estimate = [&](int64_t mbs) { return estimate_step_memory(mbs, seq_len, rows / mbs); };
+  const bool chosen_by_user = opt_.memory.micro_batch_size > 0;
   if (chosen_by_user) {
     micro_batch_size_ = opt_.memory.micro_batch_size;
   } else {
@@ -171,13 +180,13 @@ void Trainer::plan_memory() {
     // grow; samples of like length share a micro-batch (next_micro_batches).
     micro_batch_size_ = 1;
     for (int64_t m = rows; m >= 1; --m)
-      if (rows % m == 0 && m * in.seq_len <= kMicroBatchTokens && (budget <= 0 || estimate(m).total_mb() <= budget)) {
+      if (rows % m == 0 && m * seq_len <= kMicroBatchTokens && (budget <= 0 || estimate(m).total_mb() <= budget)) {
         micro_batch_size_ = m;
         break;
       }
   }
   MemoryEstimate e = estimate(micro_batch_size_);
-  std::string line = e.line(micro_batch_size_, in.seq_len);
+  std::string line = e.line(micro_batch_size_, seq_len);
   if (budget > 0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "; budget %.0f MB", budget);
@@ -197,7 +206,7 @@ void Trainer::plan_memory() {
   std::string fixes = std::string(chosen_by_user ? "a smaller --micro-batch-size, " : "") +
                       (opt_.parallel.fsdp || opt_.parallel.recompute ? "" : "--activation-checkpointing, ") +
                       (opt_.parallel.fsdp || comm_->size() == 1 ? "" : "--fsdp, ") + "a shorter --seq-len (now " +
-                      grouped(in.seq_len) + ") or more ranks would lower it";
+                      grouped(seq_len) + ") or more ranks would lower it";
   if (opt_.memory.ignore_estimate) {
     report_.push_back(std::string("warning: ") + numbers + " (--ignore-memory-estimate); " + fixes);
     return;

@@ -3,20 +3,27 @@
 // every decode step the logits of an independent forward of the request's whole
 // sequence, alone and unpadded. Prompts of different lengths share the batch, and rows
 // stop at different steps (the cache drops them). Also with a LoRA adapter attached and
-// with a multi-tenant bank whose rows carry different adapters.
+// with a multi-tenant bank whose rows carry different adapters. And the memory a decoding
+// batch takes against its estimate (train/memory_estimate.h).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/compat.h"
 #include "generate/generate.h"
 #include "lora/lora.h"
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
+#include "model/decode_cache.h"
 #include "model/family.h"
 #include "model_util.h"
+#include "train/memory_estimate.h"
 
 namespace glint {
 namespace {
@@ -172,6 +179,77 @@ TEST_P(GenerateFamily, CachedDecodingMixesTenantsInOneBatch) {
   base.tenant_slot = -1;
   auto plain = generate(*m, {base}, {}, keep);
   EXPECT_GT((plain[0].logits[0] - got[3].logits[0]).abs().max().item<double>(), 1e-6);
+}
+
+// The bytes live on this thread beyond those at its start, and their peak, while alive.
+class LiveBytes {
+ public:
+  LiveBytes() : owner_(std::this_thread::get_id()) {
+    handle_ = compat::observe_allocations([this](void*, int64_t bytes) {
+      if (std::this_thread::get_id() != owner_) return;
+      live_ += bytes;
+      peak_ = std::max(peak_, live_);
+    });
+  }
+  double peak_mb() const { return double(peak_) / (1 << 20); }
+
+ private:
+  std::thread::id owner_;
+  int64_t live_ = 0, peak_ = 0;
+  std::shared_ptr<void> handle_;
+};
+
+// What a decoding batch holds against the estimate: the cache's state, decoded position by
+// position to its capacity, within 0.95-1.3x of the estimate's (DeepSeek-V4's entry lists
+// grow by doubling; everything else is exact), and the peak of a whole generate() call
+// within 0.8-1.3x of the estimate's state and working set. In float32, with prompts long
+// enough that the prefill, not only the state, counts.
+TEST_P(GenerateFamily, DecodingMemoryIsWhatTheEstimateSays) {
+  const ModelFamily& f = *GetParam();
+  CausalLM m(f.tiny(kVocab), glint::testing::kF32);
+  init_weights(*m, 6);
+  const int64_t rows = 4, prompt = 48, max_new = 80;
+  DecodeInputs in;
+  in.rows = rows;
+  in.positions = prompt + max_new;
+  in.prompt = prompt;
+  in.dtype_bytes = 4;
+  const DecodeEstimate e = estimate_decode_memory(*m, in);
+  {
+    at::NoGradGuard no_grad;
+    DecodeCache cache(rows, c10::Device(c10::kCPU), in.positions);
+    at::Tensor ids = at::randint(0, kVocab, {rows, prompt}, at::kLong);
+    m->forward(ids, at::arange(prompt, at::kLong).expand({rows, prompt}), at::zeros({rows, prompt}, at::kLong), &cache);
+    for (int64_t p = prompt; p < in.positions; ++p)
+      m->forward(at::randint(0, kVocab, {rows, 1}, at::kLong), at::full({rows, 1}, p, at::kLong),
+                 at::zeros({rows, 1}, at::kLong), &cache);
+    const double held = double(cache.bytes()) / (1 << 20);
+    std::printf("[ state    ] %s: %d rows x %d positions: estimated %.3f MB, held %.3f MB (%.2fx)\n", f.name().c_str(),
+                int(rows), int(in.positions), e.state_mb, held, e.state_mb / held);
+    EXPECT_GE(held, 0.95 * e.state_mb) << e.line(in);
+    EXPECT_LE(held, 1.3 * e.state_mb) << e.line(in);
+  }
+  std::vector<GenerationRequest> reqs;
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  for (int64_t r = 0; r < rows; ++r) {
+    GenerationRequest q;
+    at::Tensor ids = at::randint(0, kVocab, {prompt - r}, gen, at::kLong);
+    q.prompt.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    q.sampling.max_new_tokens = max_new + r;
+    q.sampling.temperature = 0;
+    reqs.push_back(q);
+  }
+  double peak = 0;
+  {
+    LiveBytes live;
+    generate(*m, reqs);
+    peak = live.peak_mb();
+  }
+  const double said = e.state_mb + e.working_mb;
+  std::printf("[ peak     ] %s: estimated %.3f MB (state %.3f + working %.3f), measured %.3f MB (%.2fx)\n",
+              f.name().c_str(), said, e.state_mb, e.working_mb, peak, said / peak);
+  EXPECT_GE(said, 0.8 * peak) << e.line(in);
+  EXPECT_LE(said, 1.3 * peak) << e.line(in);
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, GenerateFamily, ::testing::ValuesIn(model_families()), family_name);

@@ -150,12 +150,21 @@ TEST(GenerateCli, ErrorsNameWhatIsWrong) {
       {base + "--prompt-ids 1 --adapter " + d, "neither a PEFT adapter directory", 1},
       {base + "--prompt-ids 1 --top-p 2", "--top-p", 2},
       {"generate --model " + d + "/nowhere --prompt-ids 1", "no such directory", 1},
+      {base + "--prompt-ids 1 --memory-budget 2x", "--memory-budget 2x", 2},
+      // Weights alone exceed a budget of 1 MB: refused before the weights are read.
+      {base + "--prompt-ids 1 --memory-budget 1M", "smaller --max-new-tokens (now 256)", 1},
   };
   for (const Case& c : cases) {
     auto r = testing::run_glint(c.args);
     EXPECT_EQ(r.exit_code, c.code) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.word), std::string::npos) << c.args << "\n" << r.output;
   }
+  // The refusal names the estimate, and --ignore-memory-estimate starts anyway.
+  auto over = testing::run_glint(base + "--prompt-ids 1 --max-new-tokens 3 --memory-budget 1M");
+  EXPECT_NE(over.output.find("estimated peak"), std::string::npos) << over.output;
+  over = testing::run_glint(base + "--prompt-ids 1 --max-new-tokens 3 --memory-budget 1M --ignore-memory-estimate");
+  EXPECT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("warning: the estimated peak"), std::string::npos) << over.output;
   // An adapter made for another model (other sizes) is refused, naming both.
   ModelConfig other_config = tiny_moe_config(ReverseDigitsTask::kVocabSize);
   other_config.hidden_size = 32;

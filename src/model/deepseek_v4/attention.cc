@@ -347,8 +347,8 @@ struct DeepseekV4DecodeState : LayerState {
   at::Tensor entries;      // [B,Cap_e,D]: row b's first lengths()[b] / m are its entries
   at::Tensor ikv, igate;   // [B,Kc,2dI]: the indexer's projections of the last tokens (CSA)
   at::Tensor ikeys;        // [B,Cap_e,dI]: the indexer's keys of the entries (CSA)
-  void keep_rows(const at::Tensor& rows) override {
-    keep_tensor_rows({&window_kv, &ckv, &cgate, &ccos, &csin, &entries, &ikv, &igate, &ikeys}, rows);
+  std::vector<at::Tensor*> tensors() override {
+    return {&window_kv, &ckv, &cgate, &ccos, &csin, &entries, &ikv, &igate, &ikeys};
   }
 };
 
@@ -467,6 +467,27 @@ at::Tensor DeepseekV4AttentionImpl::forward_cached(const at::Tensor& x, const La
   return grouped_output(*this, out.view({B, S, N, D}), rope);
 }
 
+double DeepseekV4AttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
+  if (!keeps_decode_state()) return AttentionModule::decode_state_bytes(positions, dtype_bytes);
+  // DeepseekV4DecodeState: the window's last keys; per compressor (and CSA's indexer) the
+  // projections of its unfinished blocks with their rope rows (in the compute dtype) and
+  // one entry per `rate` positions (their slots grow by doubling: at least this many).
+  const double b = double(dtype_bytes), rope_b = dtype_bytes == 8 ? 8 : 4;
+  double n = double(window - 1) * double(head_dim) * b;
+  auto pooled = [&](const DeepseekV4CompressorImpl& comp, bool rope) {
+    const double Kc = double(comp.overlap ? 2 * comp.rate - 1 : comp.rate - 1);
+    const double C = double(comp.kv_proj->out_features());
+    double bytes = Kc * 2 * C * b + double((positions + comp.rate - 1) / comp.rate) * double(comp.dim) * b;
+    if (rope) bytes += Kc * 2 * double(rope_dim) * rope_b;
+    return bytes;
+  };
+  if (compressor) {
+    n += pooled(*compressor, true);
+    if (compressor->indexer) n += pooled(*compressor->indexer, false);
+  }
+  return n;
+}
+
 double DeepseekV4AttentionImpl::score_macs_per_token(int64_t seq_len) const {
   // Per query: scores and values over the window and the entries it sees (half of a
   // sequence's entries on average; CSA at most index_topk), D wide each, per head; the
@@ -520,6 +541,12 @@ ActivationMemory DeepseekV4AttentionImpl::activation_memory(const ActivationShap
   m.saved = double(s.rows * s.seq_len) * per_token;
   // The logits of one block while its softmax runs and in backward.
   m.working = 3 * cb * double(s.rows) * double(Qb) * N * (K + T + 1);
+  // Without gradients no block's probabilities outlive it: the projections of every token
+  // (queries, rotated and padded; keys; the compressor's) and the heads' outputs, beside
+  // one block's logits and probabilities (the sequences run one at a time).
+  double projected = db * (Cq + 2 * N * D * pad + 2 * D + N * D + double(o_b_proj->in_features()));
+  if (compressor) projected += db * 2 * double(compressor->kv_proj->out_features());
+  m.inference = double(s.rows * s.seq_len) * projected + 2 * cb * double(Qb) * N * (K + T + 1);
   return m;
 }
 

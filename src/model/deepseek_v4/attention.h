@@ -99,6 +99,7 @@ class DeepseekV4AttentionImpl : public AttentionModule {
   // index_topk). Without a window (window 0) every key is needed: the history fallback.
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return window > 0; }
+  double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
   double score_macs_per_token(int64_t seq_len) const override;
   ActivationMemory activation_memory(const ActivationShape& shape) const override;
 

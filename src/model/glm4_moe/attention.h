@@ -19,6 +19,7 @@ class Glm4MoeAttentionImpl : public AttentionModule {
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
   bool keeps_decode_state() const override { return true; }
+  double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
   double score_macs_per_token(int64_t seq_len) const override;
   ActivationMemory activation_memory(const ActivationShape& shape) const override;
 

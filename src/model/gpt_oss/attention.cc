@@ -72,6 +72,11 @@ at::Tensor GptOssAttentionImpl::forward_cached(const at::Tensor& x, const LayerC
   return o_proj->forward(cached_attention(q, k, v, state, ctx, sinks, window));
 }
 
+double GptOssAttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
+  // KvState: k and v of every position, the sliding layers' too (the window is a mask).
+  return double(positions) * double(2 * num_kv_heads * head_dim * dtype_bytes);
+}
+
 double GptOssAttentionImpl::score_macs_per_token(int64_t seq_len) const {
   const int64_t keys = window > 0 ? std::min(seq_len, window) : seq_len;
   return 2.0 * double(keys) * double(head_dim) * double(num_heads);  // QK^T and PV

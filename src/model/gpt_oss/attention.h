@@ -33,6 +33,7 @@ class GptOssAttentionImpl : public AttentionModule {
   // Keys and values cached; the window and the sinks apply to the cached keys alike.
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
+  double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
   double score_macs_per_token(int64_t seq_len) const override;
   ActivationMemory activation_memory(const ActivationShape& shape) const override;
 

@@ -39,6 +39,10 @@ at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, const LayerContext
   return o_proj->forward(cached_attention(q, k, v, state, ctx));
 }
 
+double AttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
+  return double(positions) * double(2 * num_kv_heads * head_dim * dtype_bytes);  // KvState: k and v
+}
+
 double AttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return 2.0 * double(seq_len) * double(head_dim) * double(num_heads);  // QK^T and PV, full S x S
 }

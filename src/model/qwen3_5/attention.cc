@@ -62,6 +62,10 @@ at::Tensor GatedAttentionImpl::forward_cached(const at::Tensor& x, const LayerCo
   return o_proj->forward(cached_attention(q, k, v, state, ctx) * at::sigmoid(gate));
 }
 
+double GatedAttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
+  return double(positions) * double(2 * num_kv_heads * head_dim * dtype_bytes);  // KvState: k and v
+}
+
 double GatedAttentionImpl::score_macs_per_token(int64_t seq_len) const {
   return 2.0 * double(seq_len) * double(head_dim) * double(num_heads);
 }
@@ -196,10 +200,7 @@ namespace {
 struct DeltaNetState : LayerState {
   at::Tensor tail;   // [B,W-1,C]: the last W-1 convolution inputs (zeros before the row's start)
   at::Tensor state;  // [B,Hv,Dk,Dv]: the recurrent state, in the compute dtype
-  void keep_rows(const at::Tensor& rows) override {
-    tail = tail.index_select(0, rows);
-    state = state.index_select(0, rows);
-  }
+  std::vector<at::Tensor*> tensors() override { return {&tail, &state}; }
 };
 }  // namespace
 
@@ -250,6 +251,14 @@ at::Tensor GatedDeltaNetImpl::forward_cached(const at::Tensor& x, const LayerCon
     o = at::stack(outs, 1).to(x.scalar_type());
   }
   return output(o, in, x.scalar_type());
+}
+
+double GatedDeltaNetImpl::decode_state_bytes(int64_t, int64_t dtype_bytes) const {
+  // DeltaNetState: the convolution's last W-1 inputs, and the recurrent state in the
+  // compute dtype (float32 unless float64). Whatever the length.
+  const int64_t W = conv1d->weight.size(2), C = conv1d->weight.size(0);
+  const int64_t compute = dtype_bytes == 8 ? 8 : 4;
+  return double((W - 1) * C * dtype_bytes + value_heads * key_dim * value_dim * compute);
 }
 
 double GatedDeltaNetImpl::score_macs_per_token(int64_t seq_len) const {

@@ -36,6 +36,7 @@ class GatedAttentionImpl : public AttentionModule {
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;  // RoPE: ctx.rope[0], R wide
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;  // keys and values cached
   bool keeps_decode_state() const override { return true; }
+  double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
   double score_macs_per_token(int64_t seq_len) const override;
   ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
@@ -68,6 +69,7 @@ class GatedDeltaNetImpl : public AttentionModule {
   // Keeps per row the last W-1 convolution inputs and the recurrent state [Hv,Dk,Dv].
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
+  double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
   double score_macs_per_token(int64_t seq_len) const override;
   ActivationMemory activation_memory(const ActivationShape& shape) const override;
 
