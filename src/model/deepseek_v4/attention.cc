@@ -370,7 +370,8 @@ int64_t add_entries(DeepseekV4CompressorImpl& comp, at::Tensor& store, const at:
     GLINT_ASSERT(from >= 0, "deepseek_v4 decoding: block ", first, " of row ", b, " is no longer kept");
     at::Tensor e = comp.entries(kv[b].narrow(0, from, count), gate[b].narrow(0, from, count),
                                 cos[b].narrow(0, from, count), sin[b].narrow(0, from, count));
-    reserve_slots(store, 1, c1, {B, 0, comp.dim}, e.options());
+    // Room for every entry the cache's positions can make, as the keys' state has.
+    reserve_slots(store, 1, std::max(c1, cache.capacity() / rate), {B, 0, comp.dim}, e.options());
     store[b].narrow(0, c0, c1 - c0).copy_(e.narrow(0, c0 - first, c1 - c0));
   }
   return most;
@@ -471,13 +472,13 @@ double DeepseekV4AttentionImpl::decode_state_bytes(int64_t positions, int64_t dt
   if (!keeps_decode_state()) return AttentionModule::decode_state_bytes(positions, dtype_bytes);
   // DeepseekV4DecodeState: the window's last keys; per compressor (and CSA's indexer) the
   // projections of its unfinished blocks with their rope rows (in the compute dtype) and
-  // one entry per `rate` positions (their slots grow by doubling: at least this many).
+  // one entry per `rate` positions.
   const double b = double(dtype_bytes), rope_b = dtype_bytes == 8 ? 8 : 4;
   double n = double(window - 1) * double(head_dim) * b;
   auto pooled = [&](const DeepseekV4CompressorImpl& comp, bool rope) {
     const double Kc = double(comp.overlap ? 2 * comp.rate - 1 : comp.rate - 1);
     const double C = double(comp.kv_proj->out_features());
-    double bytes = Kc * 2 * C * b + double((positions + comp.rate - 1) / comp.rate) * double(comp.dim) * b;
+    double bytes = Kc * 2 * C * b + double(positions / comp.rate) * double(comp.dim) * b;
     if (rope) bytes += Kc * 2 * double(rope_dim) * rope_b;
     return bytes;
   };
