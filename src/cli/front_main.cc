@@ -3,8 +3,9 @@
 // more than a second): --version, --help, launch (its ranks start glint again), plot,
 // template and tokenize run here. Every other command is handed to glint-core, the
 // executable beside this one, by execv with the same arguments and environment: the
-// same process (its pid, its parent, its signals), glint-core's messages and exit status.
-// Exit status: src/cli/command_line.h.
+// same process (its pid, its parent, its signals), glint-core's messages and exit status;
+// the environment gains the settings its libraries read as they load
+// (core/process_settings.h). Exit status: src/cli/command_line.h.
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,7 @@
 
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "core/process_settings.h"
 
 namespace {
 
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   const std::string command = glint::cli::selected_command(args);
   if (is_command(command) && runs_here.count(command) == 0) {
     const std::string core = core_path();
+    glint::set_process_settings();
     ::execv(core.c_str(), argv);
     std::cerr << "glint: error: cannot run " << core << " for glint " << command << ": " << std::strerror(errno)
               << " (glint-core is built and installed beside glint)\n";

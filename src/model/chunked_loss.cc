@@ -19,6 +19,16 @@ at::ScalarType loss_compute_type(const at::Tensor& hidden) {
   return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// Rows of the head per tile of C tokens: the tile holds at most chunk_elements logits in
+// the compute type. Narrower operands (bf16) make each tile twice, the GEMM's output beside
+// its float32 copy (and the copy that takes it back for the next GEMM): fewer rows then,
+// so that a tile takes no more bytes than the float32 run's.
+int64_t tile_rows(const at::Tensor& hidden, int64_t V, int64_t C, int64_t chunk_elements) {
+  const int64_t cb = int64_t(c10::elementSize(loss_compute_type(hidden))), ob = int64_t(hidden.element_size());
+  const int64_t rows = std::min(V, std::max<int64_t>(1, chunk_elements / C));
+  return ob < cb ? std::max<int64_t>(1, rows * cb / (cb + ob)) : rows;
+}
+
 // inputs: hidden [N,H], weight [V,H], target [N]; output: nll [N].
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   // One pass over the vocabulary gives the loss: an online softmax over tiles of up to
@@ -36,7 +46,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     const int64_t N = hidden.size(0), V = weight.size(0), H = hidden.size(1);
     const auto compute = loss_compute_type(hidden);
     const int64_t C = std::max<int64_t>(1, std::min(N, tile_tokens));
-    const int64_t Vb = std::min(V, std::max<int64_t>(1, chunk_elements / C));
+    const int64_t Vb = tile_rows(hidden, V, C, chunk_elements);
     at::Tensor nll = at::empty({N}, hidden.options().dtype(compute));                            // [N]
     at::Tensor lse = at::empty({N}, nll.options());                                              // [N]
     at::Tensor unit_grad_h = early_grad ? at::empty({N, H}, nll.options()) : at::Tensor();      // [N,H]

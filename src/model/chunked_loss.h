@@ -21,7 +21,8 @@ constexpr int64_t kLossTileTokens = 2048;
 // hidden [N, H], weight [V, H] (the output head), target [N] int64 in [0, V) -> [N],
 // float64 for float64 inputs, else float32. Differentiable in hidden and weight. The
 // logits are computed in tiles of up to tile_tokens tokens by chunk_elements / tokens rows
-// of the head, with an online softmax, so at most ~chunk_elements logits exist at once.
+// of the head, with an online softmax, so at most ~chunk_elements logits exist at once
+// (bf16 operands: in the bytes of as many float32 logits, their bf16 copies included).
 // When only hidden needs a gradient (LoRA: a frozen head), that one pass also gives the
 // hidden states' gradient; otherwise backward recomputes the tiles and gives the head's
 // gradient too.

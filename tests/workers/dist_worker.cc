@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/process_settings.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "model/moe.h"
@@ -271,6 +272,7 @@ int dispatch_case(std::shared_ptr<glint::Comm> c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  glint::restart_with_process_settings(argv);
   if (argc < 2) {
     std::cerr << "usage: glint_dist_worker comm|mesh|die|dispatch\n";
     return 2;
