@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/causal_lm.h"
 #include "model/chunked_loss.h"
+#include "train/optimizer.h"
 
 namespace glint {
 
@@ -98,12 +99,12 @@ MemoryEstimate estimate_memory(CausalLMImpl& model, const MemoryInputs& in) {
   }
   // ... or in the loss, every layer's tensors kept: the label rows, their gradient and one
   // tile of logits (model/chunked_loss.h); or once the backward is done, every gradient
-  // there and the optimizer's two float32 temporaries of the largest tensor. The embedding
+  // there and the optimizer's two float32 temporaries of one block (train/optimizer.h). The embedding
   // and the final norm keep the stream twice.
   const double ends = 2 * T * stream * b;
   const double in_loss = 2 * T * H * b + std::min(double(kLossChunkElements), T * double(c.vocab_size)) * f32;
   const double loss_gradients = accumulating ? G : root_gradients;
-  const double at_update = G + 2 * double(in.largest_gradient_numel) * f32;
+  const double at_update = G + 2 * double(std::min(in.largest_gradient_numel, kAdamWBlockElements)) * f32;
   const double in_layer = peak + ends + T * H * b + peak_gradients;
   const double in_the_loss = saved + ends + in_loss + loss_gradients;
   if (at_update >= in_layer && at_update >= in_the_loss) {

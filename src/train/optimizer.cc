@@ -58,18 +58,32 @@ void AdamW::step(double lr) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bc1 = 1.0 - std::pow(b1, double(step_));
   const double bc2 = 1.0 - std::pow(b2, double(step_));
+  // One block of a parameter: its gradient, moments and master (or the parameter).
+  auto update = [&](const at::Tensor& grad, const at::Tensor& m, const at::Tensor& v, const at::Tensor& w) {
+    at::Tensor g = grad.to(at::kFloat);
+    m.mul_(b1).add_(g, 1.0 - b1);
+    v.mul_(b2).addcmul_(g, g, 1.0 - b2);
+    // p <- p - lr * wd * p - lr * m_hat / (sqrt(v_hat) + eps)
+    at::Tensor denom = (v / bc2).sqrt_().add_(options_.eps);
+    at::Tensor step = (m / bc1).div_(denom);
+    if (options_.weight_decay > 0) w.mul_(1.0 - lr * options_.weight_decay);
+    w.add_(step, -lr);
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    at::Tensor g = p.grad().to(at::kFloat);
-    m_[i].mul_(b1).add_(g, 1.0 - b1);
-    v_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
-    // p <- p - lr * wd * p - lr * m_hat / (sqrt(v_hat) + eps)
-    at::Tensor denom = (v_[i] / bc2).sqrt_().add_(options_.eps);
-    at::Tensor update = (m_[i] / bc1).div_(denom);
+    const at::Tensor& grad = p.grad();
     at::Tensor& w = master_[i].defined() ? master_[i] : p;
-    if (options_.weight_decay > 0) w.mul_(1.0 - lr * options_.weight_decay);
-    w.add_(update, -lr);
+    const int64_t n = p.numel();
+    if (n > kAdamWBlockElements && grad.is_contiguous() && w.is_contiguous()) {
+      at::Tensor gf = grad.view({-1}), mf = m_[i].view({-1}), vf = v_[i].view({-1}), wf = w.view({-1});
+      for (int64_t at = 0; at < n; at += kAdamWBlockElements) {
+        const int64_t len = std::min(kAdamWBlockElements, n - at);
+        update(gf.narrow(0, at, len), mf.narrow(0, at, len), vf.narrow(0, at, len), wf.narrow(0, at, len));
+      }
+    } else {
+      update(grad, m_[i], v_[i], w);
+    }
     if (master_[i].defined()) p.copy_(w);
   }
 }

@@ -12,6 +12,13 @@
 
 namespace glint {
 
+// Elements an update handles at a time: its float32 temporaries (and a narrower
+// gradient's float32 copy) are at most this size whatever the tensor's. Whole tensors at
+// once made two float32 temporaries of the largest: 2 GB of a 5.4 GB step peak for
+// gpt-oss-120b-layers --full (docs/BENCHMARKS.md). Every operation is elementwise, so the
+// blocks give the same numbers.
+constexpr int64_t kAdamWBlockElements = int64_t(1) << 20;
+
 // Keeps float32 moments for each parameter. A parameter narrower than float32 (bf16,
 // float16) also gets a float32 master copy: the update is applied to the master and the
 // parameter is its rounding, so updates below the parameter's resolution accumulate

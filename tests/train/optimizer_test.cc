@@ -1,8 +1,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <thread>
 
+#include "core/compat.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/world.h"
@@ -45,6 +49,56 @@ TEST(OptimizerAdamW, MatchesScalarReferenceOverSteps) {
   }
   // Moments are kept in float32, so agreement is to float32 precision.
   EXPECT_TRUE(at::allclose(p, ref, 1e-6, 1e-7)) << p << ref;
+}
+
+// A tensor of several update blocks (and a part block) gets what the update formula gives
+// over the whole tensor at once, element for element, in float32 with a float32 gradient
+// and with a bf16 parameter (float32 master, bf16 gradient); a non-contiguous gradient too.
+TEST(OptimizerAdamW, BlocksOfALargeTensorGiveTheWholeTensorsUpdate) {
+  const int64_t n = 2 * kAdamWBlockElements + 12345;
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(4);
+    at::Tensor p = at::randn({n / 5, 5}, at::kFloat).to(dtype);
+    at::Tensor w = p.to(at::kFloat), m = at::zeros({n / 5, 5}), v = at::zeros({n / 5, 5});
+    const double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    AdamW opt({p}, AdamWOptions{b1, b2, eps, wd});
+    for (int s = 1; s <= 3; ++s) {
+      at::Tensor g = at::randn({5, n / 5}, at::kFloat).t().to(dtype);  // non-contiguous at step 3 only
+      if (s < 3) g = g.contiguous();
+      p.mutable_grad() = g;
+      const double lr = 0.01 * s;
+      opt.step(lr);
+      at::Tensor gf = g.to(at::kFloat);
+      m.mul_(b1).add_(gf, 1 - b1);
+      v.mul_(b2).addcmul_(gf, gf, 1 - b2);
+      at::Tensor denom = (v / (1 - std::pow(b2, s))).sqrt_().add_(eps);
+      w.mul_(1 - lr * wd).add_((m / (1 - std::pow(b1, s))).div_(denom), -lr);
+      EXPECT_TRUE(at::equal(opt.master(0), w)) << "step " << s << " dtype " << dtype;
+      EXPECT_TRUE(at::equal(opt.exp_avg_sq()[0], v)) << "step " << s;
+    }
+    EXPECT_TRUE(at::equal(p, w.to(dtype)));
+  }
+}
+
+// The update's temporaries are a few blocks, not two copies of the tensor.
+TEST(OptimizerAdamW, UpdateOfALargeTensorAllocatesAFewBlocks) {
+  const int64_t n = 8 * kAdamWBlockElements;
+  at::Tensor p = at::randn({n});
+  AdamW opt({p}, AdamWOptions{});
+  p.mutable_grad() = at::randn({n});
+  int64_t live = 0, peak = 0;
+  const auto owner = std::this_thread::get_id();
+  {
+    std::shared_ptr<void> watch = compat::observe_allocations([&](void*, int64_t bytes) {
+      if (std::this_thread::get_id() != owner) return;
+      live += bytes;
+      peak = std::max(peak, live);
+    });
+    opt.step(0.01);
+  }
+  const int64_t block_bytes = kAdamWBlockElements * 4;
+  EXPECT_LE(peak, 3 * block_bytes) << "the update held " << peak << " bytes at once for a tensor of " << n * 4;
+  EXPECT_GE(peak, block_bytes);  // it did make its temporaries, a block at a time
 }
 
 TEST(OptimizerAdamW, SkipsParametersWithoutGradient) {
