@@ -195,8 +195,7 @@ int run_generate(const GenerateArgs& a) {
   need.positions = need.prompt + sp.max_new_tokens;
   need.dtype_bytes = int64_t(c10::elementSize(dtype));
   const DecodeEstimate estimate = estimate_decode_memory(*model, need);
-  const double budget = a.memory_budget.empty() ? 0.9 * available_memory_mb(1)
-                                                : parse_memory_size(a.memory_budget, "--memory-budget");
+  const double budget = memory_budget_mb(a.memory_budget, 1);
   if (budget > 0 && estimate.total_mb() > budget) {
     const std::string why = "the " + estimate.line(need) + " exceeds the budget of " +
                             std::to_string(int64_t(budget + 0.5)) + " MB; a smaller --max-new-tokens (now " +

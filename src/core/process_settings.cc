@@ -19,31 +19,30 @@ const char* openblas_kernels() {
   return "";
 }
 
+// Sets `settings`; whether there were any.
+bool set(const std::vector<std::pair<std::string, std::string>>& settings) {
+  for (const auto& [name, value] : settings) ::setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  return !settings.empty();
+}
+
 }  // namespace
 
-std::vector<std::string> missing_process_settings() {
+std::vector<std::pair<std::string, std::string>> missing_process_settings() {
   const std::pair<const char*, const char*> wanted[] = {
       {"OMP_WAIT_POLICY", "PASSIVE"},
       {"OPENBLAS_CORETYPE", openblas_kernels()},
       {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "128"},
   };
-  std::vector<std::string> out;
+  std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, value] : wanted)
-    if (*value != '\0' && std::getenv(name) == nullptr) out.push_back(std::string(name) + "=" + value);
+    if (*value != '\0' && std::getenv(name) == nullptr) out.emplace_back(name, value);
   return out;
 }
 
-void set_process_settings() {
-  for (const std::string& s : missing_process_settings()) {
-    const size_t eq = s.find('=');
-    ::setenv(s.substr(0, eq).c_str(), s.substr(eq + 1).c_str(), /*overwrite=*/0);
-  }
-}
+void set_process_settings() { set(missing_process_settings()); }
 
 void restart_with_process_settings(char** argv) {
-  if (missing_process_settings().empty()) return;
-  set_process_settings();
-  ::execv("/proc/self/exe", argv);
+  if (set(missing_process_settings())) ::execv("/proc/self/exe", argv);
 }
 
 }  // namespace glint

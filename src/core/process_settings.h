@@ -19,12 +19,13 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace glint {
 
-// The settings ("NAME=value") this process's environment lacks.
-std::vector<std::string> missing_process_settings();
+// The settings (name, value) this process's environment lacks.
+std::vector<std::pair<std::string, std::string>> missing_process_settings();
 
 // Adds the missing settings to the environment (for a program about to start another).
 void set_process_settings();

@@ -119,6 +119,13 @@ struct KvState : LayerState {
   std::vector<at::Tensor*> tensors() override { return {&k, &v}; }
 };
 
+// A KvState's bytes per row for `positions` positions, keys of `key_width` (N*D) and
+// values of `value_width` (N*Dv) elements of `dtype_bytes` a position
+// (AttentionModule::decode_state_bytes of a module that caches keys and values).
+inline double kv_state_bytes(int64_t positions, int64_t key_width, int64_t value_width, int64_t dtype_bytes) {
+  return double(positions) * double((key_width + value_width) * dtype_bytes);
+}
+
 // Appends this forward's keys and values to `state`, then attends each new query over
 // its row's cached and new keys (causal among the new ones). q [B,Nh,S,D], k [B,Nkv,S,D],
 // v [B,Nkv,S,Dv] (query head h reads kv head h / (Nh / Nkv)) -> [B,S,Nh*Dv], scores scaled

@@ -216,6 +216,10 @@ double parse_memory_size(const std::string& text, const std::string& flag) {
   return v * scale;
 }
 
+double memory_budget_mb(const std::string& value, int local_ranks) {
+  return value.empty() ? 0.9 * available_memory_mb(local_ranks) : parse_memory_size(value, "--memory-budget");
+}
+
 double available_memory_mb(int local_ranks) {
   std::ifstream in("/proc/meminfo");
   std::string key;

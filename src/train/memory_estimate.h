@@ -92,6 +92,11 @@ DecodeEstimate estimate_decode_memory(CausalLMImpl& model, const DecodeInputs& i
 // is MiB. Returns MiB. Throws glint::UsageError naming the text.
 double parse_memory_size(const std::string& text, const std::string& flag);
 
+// The budget a --memory-budget value gives ("": 90% of the memory available to one of
+// `local_ranks` processes, 0 when unknown), in MiB. Throws glint::UsageError as
+// parse_memory_size does.
+double memory_budget_mb(const std::string& value, int local_ranks);
+
 // This machine's memory available to one of `local_ranks` processes: MemAvailable
 // (/proc/meminfo) / local_ranks, in MiB (0 when unknown).
 double available_memory_mb(int local_ranks);

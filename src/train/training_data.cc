@@ -167,8 +167,7 @@ void Trainer::plan_memory() {
   // Rows of one step on this rank: its share of the batch (of every tenant's batch).
   int64_t rows = 0;
   for (const auto& l : learners()) rows += l->batch_size / W;
-  double budget = opt_.memory.budget.empty() ? 0.9 * available_memory_mb(World::from_env().local_world_size)
-                                             : parse_memory_size(opt_.memory.budget, "--memory-budget");
+  const double budget = memory_budget_mb(opt_.memory.budget, World::from_env().local_world_size);
   auto estimate = [&](int64_t mbs) { return estimate_step_memory(mbs, seq_len, rows / mbs); };
   const bool chosen_by_user = opt_.memory.micro_batch_size > 0;
   if (chosen_by_user) {

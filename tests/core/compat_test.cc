@@ -4,6 +4,7 @@
 #include "core/compat.h"
 #include "core/cpu_threads.h"
 #include "core/error.h"
+#include "core/process_settings.h"
 #include "test_util.h"
 
 #include <ATen/ATen.h>
@@ -141,6 +142,20 @@ TEST(Attention, MatchesTheLoopWithGroupedHeadsCausalOrNot) {
   // On the CPU the eager path runs on every libtorch (the same numbers on 1.13 and 2.x).
   EXPECT_FALSE(compat::fused_attention_available(q.to(at::kBFloat16)));
   EXPECT_FALSE(compat::varlen_attention_available(q.to(at::kBFloat16)));
+}
+
+// The test programs start with the settings glint-core's libraries load with (they restart
+// themselves without them), and glint hands them to glint-core unless the user gave one.
+TEST(ProcessSettings, ProgramsStartWithThemAndTheUsersValueStands) {
+  EXPECT_TRUE(missing_process_settings().empty()) << missing_process_settings().front().first;
+  // libgomp prints what it read as it loads (OMP_DISPLAY_ENV), in glint-core.
+  auto r = testing::run("env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=TRUE " + std::string(GLINT_BINARY) +
+                        " init-model --help 2>&1");
+  EXPECT_NE(r.output.find("OMP_WAIT_POLICY = 'PASSIVE'"), std::string::npos) << r.output;
+  r = testing::run("env OMP_WAIT_POLICY=ACTIVE OMP_DISPLAY_ENV=TRUE " + std::string(GLINT_BINARY) +
+                   " init-model --help 2>&1");
+  EXPECT_NE(r.output.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("OMP_WAIT_POLICY = 'PASSIVE'"), std::string::npos) << r.output;
 }
 
 TEST(CpuThreads, SetsATenAndTheBlasPool) {

@@ -8,15 +8,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "core/compat.h"
 #include "generate/generate.h"
+#include "live_bytes.h"
 #include "lora/lora.h"
 #include "lora/tenants.h"
 #include "model/causal_lm.h"
@@ -181,24 +179,6 @@ TEST_P(GenerateFamily, CachedDecodingMixesTenantsInOneBatch) {
   EXPECT_GT((plain[0].logits[0] - got[3].logits[0]).abs().max().item<double>(), 1e-6);
 }
 
-// The bytes live on this thread beyond those at its start, and their peak, while alive.
-class LiveBytes {
- public:
-  LiveBytes() : owner_(std::this_thread::get_id()) {
-    handle_ = compat::observe_allocations([this](void*, int64_t bytes) {
-      if (std::this_thread::get_id() != owner_) return;
-      live_ += bytes;
-      peak_ = std::max(peak_, live_);
-    });
-  }
-  double peak_mb() const { return double(peak_) / (1 << 20); }
-
- private:
-  std::thread::id owner_;
-  int64_t live_ = 0, peak_ = 0;
-  std::shared_ptr<void> handle_;
-};
-
 // What a decoding batch holds against the estimate: the cache's state, decoded position by
 // position to its capacity, equal to the estimate's, and the peak of a whole generate() call
 // within 0.8-1.3x of the estimate's state and working set. In float32, with prompts long
@@ -239,7 +219,7 @@ TEST_P(GenerateFamily, DecodingMemoryIsWhatTheEstimateSays) {
   }
   double peak = 0;
   {
-    LiveBytes live;
+    glint::testing::LiveBytes live;
     generate(*m, reqs);
     peak = live.peak_mb();
   }

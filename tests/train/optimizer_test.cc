@@ -1,15 +1,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <memory>
-#include <thread>
 
-#include "core/compat.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/world.h"
+#include "live_bytes.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "train/optimizer.h"
@@ -86,15 +83,11 @@ TEST(OptimizerAdamW, UpdateOfALargeTensorAllocatesAFewBlocks) {
   at::Tensor p = at::randn({n});
   AdamW opt({p}, AdamWOptions{});
   p.mutable_grad() = at::randn({n});
-  int64_t live = 0, peak = 0;
-  const auto owner = std::this_thread::get_id();
+  int64_t peak = 0;
   {
-    std::shared_ptr<void> watch = compat::observe_allocations([&](void*, int64_t bytes) {
-      if (std::this_thread::get_id() != owner) return;
-      live += bytes;
-      peak = std::max(peak, live);
-    });
+    testing::LiveBytes live;
     opt.step(0.01);
+    peak = live.peak();
   }
   const int64_t block_bytes = kAdamWBlockElements * 4;
   EXPECT_LE(peak, 3 * block_bytes) << "the update held " << peak << " bytes at once for a tensor of " << n * 4;

@@ -78,8 +78,8 @@ at::Tensor MlaAttentionImpl::forward_cached(const at::Tensor& x, const LayerCont
 }
 
 double MlaAttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
-  // KvState: every head's key (nope | rope) and value, expanded from the latent.
-  return double(positions) * double(num_heads * (nope_dim + rope_dim + v_dim) * dtype_bytes);
+  // Every head's key (nope | rope) and value, expanded from the latent.
+  return kv_state_bytes(positions, num_heads * (nope_dim + rope_dim), num_heads * v_dim, dtype_bytes);
 }
 
 double MlaAttentionImpl::score_macs_per_token(int64_t seq_len) const {

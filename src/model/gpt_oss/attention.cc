@@ -73,8 +73,8 @@ at::Tensor GptOssAttentionImpl::forward_cached(const at::Tensor& x, const LayerC
 }
 
 double GptOssAttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
-  // KvState: k and v of every position, the sliding layers' too (the window is a mask).
-  return double(positions) * double(2 * num_kv_heads * head_dim * dtype_bytes);
+  // Every position's, the sliding layers' too (the window is a mask).
+  return kv_state_bytes(positions, num_kv_heads * head_dim, num_kv_heads * head_dim, dtype_bytes);
 }
 
 double GptOssAttentionImpl::score_macs_per_token(int64_t seq_len) const {

@@ -40,7 +40,7 @@ at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, const LayerContext
 }
 
 double AttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
-  return double(positions) * double(2 * num_kv_heads * head_dim * dtype_bytes);  // KvState: k and v
+  return kv_state_bytes(positions, num_kv_heads * head_dim, num_kv_heads * head_dim, dtype_bytes);
 }
 
 double AttentionImpl::score_macs_per_token(int64_t seq_len) const {
