@@ -149,7 +149,11 @@ TEST(GatedDeltaRule, Float32AndBFloat16ReturnTheirDtypeAndStayClose) {
 
 // d/dx of sum(o * R) for every entry of every input, autograd on the chunked rule against
 // central differences of the reference, on two packed sequences that cross chunk borders.
-TEST(GatedDeltaRule, GradientsMatchFiniteDifferences) {
+// Chunk 3 runs the first sequence as two chunks; chunk 2 as three, so gradients flow back
+// through states that cross more than one chunk.
+class GatedDeltaRuleChunks : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
   at::manual_seed(4);
   const int64_t H = 2, Dk = 3, Dv = 2;
   SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, -1, 1, 1}});
@@ -157,7 +161,7 @@ TEST(GatedDeltaRule, GradientsMatchFiniteDifferences) {
   at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kDeltaF64Options);
   std::vector<at::Tensor*> leaves = {&in.q, &in.k, &in.v, &in.g, &in.beta};
   for (at::Tensor* t : leaves) t->requires_grad_(true);
-  (run(in, layout, 3) * R).sum().backward();
+  (run(in, layout, GetParam()) * R).sum().backward();
 
   auto loss_ref = [&](const Inputs& x) {
     double sum = 0;
@@ -186,6 +190,8 @@ TEST(GatedDeltaRule, GradientsMatchFiniteDifferences) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GatedDeltaRule, GatedDeltaRuleChunks, ::testing::Values(3, 2));
 
 TEST(GatedDeltaRule, NoGradientCrossesASequenceStart) {
   at::manual_seed(5);

@@ -168,11 +168,12 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
     }
   double per_token = db * (adapters + out_proj->adapter_kept_per_row());
   if (x_kept) per_token += db * double(out_proj->out_features());
-  // The projected channels, the convolution's output and its SiLU; q and k L2-normalized
-  // with their norms; beta, and the decay's softplus input and output.
-  per_token += db * 3 * C + cb * (2 * Hk * Dk + 2 * Hk) + cb * 3 * Hv;
-  // The convolution: each lag's sequence mask, and with a trained kernel its input and
-  // each lag's shifted copy.
+  // The convolution's output and its SiLU (whose q and k the L2 norms keep, as views where
+  // the compute type is the model's, else as their own copies) and the norms; beta, and the
+  // decay's softplus input and output.
+  per_token += db * 2 * C + (cb == db ? 0 : cb * 2 * Hk * Dk) + cb * 2 * Hk + cb * 3 * Hv;
+  // The convolution: each lag's sequence mask, and with a trained kernel its input (the
+  // projected channels) and each lag's shifted copy.
   const double W = double(conv1d->weight.size(2));
   per_token += cb * (W - 1) + (conv1d->weight.requires_grad() ? cb * W * C : 0);
   per_token += gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
@@ -182,8 +183,11 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
   if (out_proj->keeps_input()) per_token += db * Hv * Dv;
   ActivationMemory m;
   m.saved = T * per_token;
-  // Backward of the chunked rule: the gradients of what it keeps, about as large.
-  m.working = T * gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
+  m.working = T * gated_delta_rule_working_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
+  // Without gradients: the projections, the convolution and its SiLU, beside the rule's
+  // forward.
+  m.inference = T * (db * (3 * C + Hv * Dv) +
+                     gated_delta_rule_forward_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes));
   return m;
 }
 

@@ -4,14 +4,18 @@
 #include "model/qwen3_5/gated_delta.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 
 namespace glint {
 namespace {
@@ -67,67 +71,262 @@ at::Tensor offsets_in_sequence(const SequenceLayout& layout) {
 
 // The delta rule of N sequences that each start at position 0 of x and fill it, or are
 // followed by zero padding (k = v = q = 0, g = beta = 0, which touches neither the earlier
-// outputs nor anything read later).
-// x [N,P,Hv,F] = [q | k | v | g | beta] along F -> o [N,P,Hv,Dv]; P a multiple of L.
+// outputs nor anything read later). Below, the chunks are laid out [K, N H, L, ...], chunk
+// major, so that one chunk of every sequence and head is one contiguous block.
 //
-// Within a chunk, with G the cumulative log decay from the chunk start and S0 the state
-// entering it, the state after position i is
-//   S_i = e^{G_i} S0 + sum_{j<=i} e^{G_i - G_j} k_j u_j^T,   u = U - Y S0,
-// where [U | Y] solves (I + A) [U | Y] = [beta V | beta K e^G] with A the strictly lower
-// part of (beta K K^T) * e^{G_i - G_j} (the WY form of the chunk's products of
-// Householder-like updates). So a chunk costs a few [L,L] and [L,D] products plus one
-// triangular solve, and only the state crosses chunks. Every exponent is <= 0.
-// With final_state non-null it receives the state after the last position [N,H,Dk,Dv]
-// (padding leaves the state as it was).
-at::Tensor chunked_delta_rule(const at::Tensor& x, int64_t L, int64_t Dk, int64_t Dv, at::Tensor* final_state) {
-  const int64_t N = x.size(0), P = x.size(1), H = x.size(2), F = x.size(3), K = P / L;
-  GLINT_ASSERT(K * L == P && F == 2 * Dk + Dv + 2, "chunked rule over P=", P, ", L=", L, ", F=", F);
-  at::Tensor xc = x.transpose(1, 2).reshape({N, H, K, L, F});
+// Within a chunk, with G the cumulative log decay from the chunk start, M[i,j] =
+// e^{G_i - G_j} for j <= i (else 0) and S the state entering the chunk, the outputs are
+//   o = (q k^T * M) w + (q e^G) S,   w = U - Y S,
+// and the state after it is S' = e^{G_last} S + (k e^{G_last - G})^T w, where [U | Y] solves
+// T [U | Y] = [beta v | beta e^G k] with T = I + strictly_lower(beta k k^T * M) (the WY form
+// of the chunk's products of Householder-like updates). Every exponent is <= 0. Only the
+// state crosses chunks: the loop over chunks runs two [L, D] x [D, D] products per chunk and
+// everything else is batched over all chunks at once.
+
+// a [..., m, k] x b [..., k, n] -> [..., m, n] as one bmm over the leading dimensions, whose
+// strides merge (views, not copies, of transposed or narrowed operands).
+at::Tensor batched_mm(const at::Tensor& a, const at::Tensor& b) {
+  std::vector<int64_t> shape = a.sizes().vec();
+  shape.back() = b.size(-1);
+  return at::bmm(a.flatten(0, a.dim() - 3), b.flatten(0, b.dim() - 3)).view(shape);
+}
+at::Tensor mT(const at::Tensor& t) { return t.transpose(-1, -2); }
+
+struct ChunkTerms {
+  at::Tensor q, k, v, beta;  // [K, B, L, Dk] x2, [K, B, L, Dv], [K, B, L, 1]: views of the chunks
+  at::Tensor eG;             // [K, B, L, 1]: e^G
+  at::Tensor M;              // [K, B, L, L]
+  at::Tensor A;              // [K, B, L, L]: beta k k^T * M; the solve reads its strictly lower part
+  at::Tensor KKM;            // [K, B, L, L]: k k^T * M, in place of A where [U | Y] is given
+  at::Tensor uy;             // [K, B, L, Dv + Dk]: [U | Y]
+  at::Tensor intra;          // [K, B, L, L]: q k^T * M
+  at::Tensor to_end;         // [K, B, L, 1]: e^{G_last - G}
+  at::Tensor kd;             // [K, B, L, Dk]: k e^{G_last - G}
+  at::Tensor d;              // [K, B, 1, 1]: e^{G_last}
+};
+
+// The terms of chunks xc [K, B, L, F]; with `uy` defined, [U | Y] is taken from it instead of
+// solved for.
+ChunkTerms chunk_terms(const at::Tensor& xc, int64_t Dk, int64_t Dv, const at::Tensor& uy = at::Tensor()) {
+  const int64_t L = xc.size(-2);
   std::vector<at::Tensor> parts = xc.split_with_sizes({Dk, Dk, Dv, 1, 1}, -1);
-  const at::Tensor& q = parts[0];                  // [N,H,K,L,Dk]
-  const at::Tensor& k = parts[1];                  // [N,H,K,L,Dk]
-  const at::Tensor& v = parts[2];                  // [N,H,K,L,Dv]
-  const at::Tensor& beta = parts[4];               // [N,H,K,L,1]
-  at::Tensor G = parts[3].squeeze(-1).cumsum(-1);  // [N,H,K,L]
-
-  // decay[i,j] = e^{G_i - G_j} for j <= i, else 0 (masked before exp: G_i - G_j > 0 above
-  // the diagonal and could overflow).
-  at::Tensor above = at::ones({L, L}, x.options().dtype(at::kBool)).triu(1);
-  at::Tensor decay = (G.unsqueeze(-1) - G.unsqueeze(-2))
-                         .masked_fill(above, -std::numeric_limits<double>::infinity())
-                         .exp();  // [N,H,K,L,L]
-
-  at::Tensor k_beta = k * beta;
-  // Its diagonal is never read: the solve takes the matrix as unit lower triangular.
-  at::Tensor A = at::matmul(k_beta, k.transpose(-1, -2)) * decay;            // [N,H,K,L,L]
-  at::Tensor rhs = at::cat({v * beta, k_beta * G.unsqueeze(-1).exp()}, -1);  // [N,H,K,L,Dv+Dk]
-  at::Tensor uy = at::linalg_solve_triangular(A, rhs, /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
-  std::vector<at::Tensor> uy_parts = uy.split_with_sizes({Dv, Dk}, -1);
-
-  at::Tensor intra = at::matmul(q, k.transpose(-1, -2)) * decay;  // [N,H,K,L,L], j <= i
-  at::Tensor q_from_start = q * G.unsqueeze(-1).exp();            // reads S0 decayed to i
-  at::Tensor G_last = G.narrow(-1, L - 1, 1);                     // [N,H,K,1]
-  at::Tensor k_to_end = k * (G_last - G).unsqueeze(-1).exp();     // [N,H,K,L,Dk]
-  at::Tensor chunk_decay = G_last.exp().unsqueeze(-1);            // [N,H,K,1,1]
-
-  // unbind, not select: its backward is one stack instead of K zero-filled copies.
-  std::vector<at::Tensor> us = uy_parts[0].unbind(2), ys = uy_parts[1].unbind(2), qs = q_from_start.unbind(2),
-                          intras = intra.unbind(2), ks = k_to_end.unbind(2), decays = chunk_decay.unbind(2);
-  std::vector<at::Tensor> outs;
-  outs.reserve(K);
-  at::Tensor state;  // [N,H,Dk,Dv]; undefined while it is still zero
-  for (int64_t c = 0; c < K; ++c) {
-    at::Tensor u = state.defined() ? us[c] - at::matmul(ys[c], state) : us[c];  // [N,H,L,Dv]
-    at::Tensor o = at::matmul(intras[c], u);
-    if (state.defined()) o = o + at::matmul(qs[c], state);
-    outs.push_back(o);
-    if (c + 1 < K || final_state) {
-      at::Tensor added = at::matmul(ks[c].transpose(-1, -2), u);
-      state = state.defined() ? state * decays[c] + added : added;
-    }
+  ChunkTerms t;
+  t.q = parts[0];
+  t.k = parts[1];
+  t.v = parts[2];
+  t.beta = parts[4];
+  const at::Tensor G = parts[3].squeeze(-1).cumsum(-1);  // [K, B, L]
+  t.eG = G.exp().unsqueeze(-1);
+  // Masked before exp: G_i - G_j > 0 above the diagonal and could overflow.
+  const at::Tensor above = at::ones({L, L}, xc.options().dtype(at::kBool)).triu(1);
+  t.M = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill_(above, -std::numeric_limits<double>::infinity()).exp_();
+  if (uy.defined()) {
+    t.KKM = batched_mm(t.k, mT(t.k)).mul_(t.M);
+    t.uy = uy;
+  } else {
+    at::Tensor rhs = at::empty({xc.size(0), xc.size(1), L, Dv + Dk}, xc.options());  // [beta v | beta e^G k]
+    at::Tensor v_beta = rhs.narrow(-1, 0, Dv), k_beta = rhs.narrow(-1, Dv, Dk);
+    at::mul_out(v_beta, t.v, t.beta);
+    at::mul_out(k_beta, t.k, t.beta);
+    t.A = batched_mm(k_beta, mT(t.k)).mul_(t.M);
+    k_beta.mul_(t.eG);
+    t.uy = at::linalg_solve_triangular(t.A, rhs, /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
   }
-  if (final_state) *final_state = state;
-  return at::stack(outs, 2).reshape({N, H, P, Dv}).transpose(1, 2);
+  t.intra = batched_mm(t.q, mT(t.k)).mul_(t.M);
+  const at::Tensor G_last = G.narrow(-1, L - 1, 1);  // [K, B, 1]
+  t.to_end = (G_last - G).exp_().unsqueeze(-1);
+  t.kd = t.k * t.to_end;
+  t.d = G_last.exp().unsqueeze(-1);
+  return t;
+}
+
+// x [N,P,H,F] -> [K, N H, L, F] (a copy), and back: [K, N H, L, D] -> [N, P, H, D].
+at::Tensor to_chunks(const at::Tensor& x, int64_t L) {
+  const int64_t N = x.size(0), K = x.size(1) / L, H = x.size(2), F = x.size(3);
+  return x.reshape({N, K, L, H, F}).permute({1, 0, 3, 2, 4}).reshape({K, N * H, L, F});
+}
+at::Tensor from_chunks(const at::Tensor& c, int64_t N) {
+  const int64_t K = c.size(0), H = c.size(1) / N, L = c.size(2), D = c.size(3);
+  return c.view({K, N, H, L, D}).permute({1, 0, 3, 2, 4}).reshape({N, K * L, H, D});
+}
+
+struct DeltaForward {
+  at::Tensor xc;      // [K, N H, L, F]: the inputs in chunks
+  at::Tensor uy;      // [K, N H, L, Dv + Dk]: [U | Y]
+  at::Tensor o;       // [N, P, H, Dv]
+  at::Tensor states;  // [K, N H, Dk, Dv]: the state entering each chunk
+  at::Tensor w;       // [K, N H, L, Dv]
+  at::Tensor last;    // [N, H, Dk, Dv]: the state after the last chunk
+};
+
+DeltaForward delta_forward(const at::Tensor& x, int64_t L, int64_t Dk, int64_t Dv) {
+  const int64_t N = x.size(0), H = x.size(2), K = x.size(1) / L, B = N * H;
+  DeltaForward f;
+  f.xc = to_chunks(x, L);
+  const ChunkTerms t = chunk_terms(f.xc, Dk, Dv);
+  f.uy = t.uy;
+  const at::Tensor U = t.uy.narrow(-1, 0, Dv), Y = t.uy.narrow(-1, Dv, Dk);
+  f.states = at::empty({K, B, Dk, Dv}, x.options());
+  f.w = at::empty({K, B, L, Dv}, x.options());
+  at::Tensor S = at::zeros({B, Dk, Dv}, x.options());
+  for (int64_t c = 0; c < K; ++c) {
+    f.states[c].copy_(S);
+    at::Tensor w = f.w[c];
+    if (c == 0) w.copy_(U[c]);  // S is still zero
+    else at::baddbmm_out(w, U[c], Y[c], S, /*beta=*/1, /*alpha=*/-1);
+    S.mul_(t.d[c]).baddbmm_(mT(t.kd[c]), w);
+  }
+  f.last = S.view({N, H, Dk, Dv});
+  at::Tensor o = batched_mm(t.intra, f.w);
+  o.flatten(0, 1).baddbmm_((t.q * t.eG).flatten(0, 1), f.states.flatten(0, 1));
+  f.o = from_chunks(o, N);
+  return f;
+}
+
+// The rule with its own backward: it keeps the inputs in chunks, [U | Y], the states
+// entering each chunk and w, and recomputes the chunks' [L, L] terms in backward (autograd
+// kept five [L, L] and a dozen [L, D] tensors per chunk and ran many more, smaller ops).
+struct DeltaRule : torch::autograd::Function<DeltaRule> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                int64_t L, int64_t Dk, int64_t Dv) {
+    DeltaForward f = delta_forward(x, L, Dk, Dv);
+    ctx->save_for_backward({f.xc, f.uy, f.states, f.w});
+    ctx->saved_data["N"] = x.size(0);
+    ctx->saved_data["L"] = L;
+    ctx->saved_data["Dk"] = Dk;
+    ctx->saved_data["Dv"] = Dv;
+    ctx->mark_non_differentiable({f.last});
+    return {f.o, f.last};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    at::NoGradGuard no_grad;
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &xc = saved[0], &states = saved[2], &w = saved[3];
+    const int64_t L = ctx->saved_data["L"].toInt(), Dk = ctx->saved_data["Dk"].toInt(),
+                  Dv = ctx->saved_data["Dv"].toInt(), N = ctx->saved_data["N"].toInt();
+    const int64_t K = xc.size(0), H = xc.size(1) / N, F = xc.size(3);
+    if (!grads[0].defined()) return {at::zeros({N, K * L, H, F}, xc.options()), at::Tensor(), at::Tensor(), at::Tensor()};
+    // Each term is released as soon as its last use is behind: the backward's peak is a few
+    // [L, L] and [L, D] tensors per chunk at a time.
+    ChunkTerms t = chunk_terms(xc, Dk, Dv, saved[1]);
+    const at::Tensor dO = to_chunks(grads[0].to(xc.scalar_type()), L);  // [K, B, L, Dv]
+    at::Tensor qg = t.q * t.eG;
+
+    // The chunks in reverse: dS is the gradient of the state leaving chunk c.
+    at::Tensor from_o = batched_mm(mT(t.intra), dO);  // [K, B, L, Dv]
+    at::Tensor to_state = batched_mm(mT(qg), dO);     // [K, B, Dk, Dv]
+    at::Tensor dw = at::empty_like(w), dS_after = at::empty_like(states);
+    {
+      const at::Tensor Y = t.uy.narrow(-1, Dv, Dk);
+      at::Tensor dS = at::zeros_like(states[0]);
+      for (int64_t c = K - 1; c >= 0; --c) {
+        dS_after[c].copy_(dS);
+        at::Tensor dw_c = dw[c];
+        at::baddbmm_out(dw_c, from_o[c], t.kd[c], dS);
+        dS.mul_(t.d[c]).add_(to_state[c]).baddbmm_(mT(Y[c]), dw_c, /*beta=*/1, /*alpha=*/-1);
+      }
+    }
+    from_o.reset();
+    to_state.reset();
+
+    // intra = q k^T * M. E collects dM * M, what the decays in M pass on to G.
+    at::Tensor d_intra = batched_mm(dO, mT(w));  // [K, B, L, L]
+    at::Tensor E = d_intra * t.intra;
+    t.intra.reset();
+    d_intra.mul_(t.M);  // now the gradient of q k^T
+    at::Tensor dq = batched_mm(d_intra, t.k);
+    at::Tensor dk = batched_mm(mT(d_intra), t.q);
+    d_intra.reset();
+    // q e^G, k e^{G_last - G} and e^{G_last}.
+    {
+      const at::Tensor d_qg = batched_mm(dO, mT(states));  // [K, B, L, Dk]
+      dq.addcmul_(d_qg, t.eG);
+      qg.mul_(d_qg);
+    }
+    at::Tensor dG = qg.sum(-1);  // [K, B, L]
+    qg.reset();
+    at::Tensor through_kd;
+    {
+      const at::Tensor d_kd = batched_mm(w, mT(dS_after));  // [K, B, L, Dk]
+      dk.addcmul_(d_kd, t.to_end);
+      through_kd = (d_kd * t.kd).sum(-1);  // [K, B, L]
+    }
+    const at::Tensor d_d = (states * dS_after).sum({-1, -2});  // [K, B]
+    dS_after.reset();
+
+    // Through the solve: rhs = T Z, so d rhs = T^-T dZ and dT = -(d rhs) Z^T.
+    at::Tensor d_rhs;
+    {
+      at::Tensor dZ = at::cat({dw, batched_mm(dw, mT(states)).neg_()}, -1);  // [dU | dY]
+      dw.reset();
+      d_rhs = at::linalg_solve_triangular(mT(t.KKM * t.beta), dZ, /*upper=*/true, /*left=*/true,
+                                          /*unitriangular=*/true);
+    }
+    const at::Tensor below = at::ones({L, L}, xc.options().dtype(at::kBool)).tril(-1);
+    at::Tensor dA = batched_mm(d_rhs, mT(t.uy)).neg_().mul_(below);  // [K, B, L, L]
+    t.uy.reset();
+    // A = beta k k^T * M, row i scaled by beta_i.
+    at::Tensor dbeta;
+    {
+      const at::Tensor dA_KKM = dA * t.KKM;
+      t.KKM.reset();
+      dbeta = dA_KKM.sum(-1, true);  // [K, B, L, 1]
+      E.addcmul_(dA_KKM, t.beta);
+    }
+    dA.mul_(t.M).mul_(t.beta);  // now the gradient of k k^T
+    dk.add_(batched_mm(dA + mT(dA), t.k));
+    dA.reset();
+    // The solve's right side [beta v | beta e^G k].
+    const at::Tensor d_bv = d_rhs.narrow(-1, 0, Dv), d_bek = d_rhs.narrow(-1, Dv, Dk);
+    at::Tensor dv = d_bv * t.beta;
+    dbeta.add_((d_bv * t.v).sum(-1, true));
+    {
+      const at::Tensor beta_eG = t.beta * t.eG;  // [K, B, L, 1]
+      dk.addcmul_(d_bek, beta_eG);
+      const at::Tensor d_bek_k = (d_bek * t.k).sum(-1, true);  // [K, B, L, 1]
+      dbeta.addcmul_(d_bek_k, t.eG);
+      dG.add_((d_bek_k * beta_eG).squeeze(-1));
+    }
+    d_rhs.reset();
+
+    // G: through M (+ on row i, - on column j), then g, whose running sum G is.
+    dG.add_(E.sum(-1)).sub_(E.sum(-2)).sub_(through_kd);
+    dG.narrow(-1, L - 1, 1).add_(through_kd.sum(-1, true) + (d_d * t.d.squeeze(-1).squeeze(-1)).unsqueeze(-1));
+    E.reset();
+    const at::Tensor dg = dG.flip(-1).cumsum(-1).flip(-1).unsqueeze(-1);
+
+    // Each part straight into its place in [N, P, H, F].
+    at::Tensor dx = at::empty({N, K * L, H, F}, xc.options());
+    int64_t at_feature = 0;
+    for (const at::Tensor* part : std::array<const at::Tensor*, 5>{&dq, &dk, &dv, &dg, &dbeta}) {
+      const int64_t D = part->size(-1);
+      dx.view({N, K, L, H, F}).narrow(-1, at_feature, D).copy_(part->view({K, N, H, L, D}).permute({1, 0, 3, 2, 4}));
+      at_feature += D;
+    }
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// x [N,P,H,F] = [q | k | v | g | beta] along F -> o [N,P,H,Dv]; P a multiple of L. With
+// final_state non-null it receives the state after the last position [N,H,Dk,Dv] (padding
+// leaves the state as it was).
+at::Tensor chunked_delta_rule(const at::Tensor& x, int64_t L, int64_t Dk, int64_t Dv, at::Tensor* final_state) {
+  const int64_t P = x.size(1), F = x.size(3);
+  GLINT_ASSERT(P % L == 0 && F == 2 * Dk + Dv + 2, "chunked rule over P=", P, ", L=", L, ", F=", F);
+  at::Tensor o, last;
+  if (at::GradMode::is_enabled() && x.requires_grad()) {
+    torch::autograd::variable_list out = DeltaRule::apply(x, L, Dk, Dv);
+    o = out[0];
+    last = out[1];
+  } else {
+    DeltaForward f = delta_forward(x, L, Dk, Dv);
+    o = f.o;
+    last = f.last;
+  }
+  if (final_state) *final_state = last;
+  return o;
 }
 
 // The chunk length and padded length for one sequence: sequences shorter than `chunk` run as
@@ -144,14 +343,37 @@ std::pair<int64_t, int64_t> chunk_shape(int64_t length, int64_t chunk) {
 
 }  // namespace
 
-double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
+namespace {
+// Bytes per token of sequences of `seq_len` tokens, for per_head elements per padded token
+// and head in the compute type of `dtype_bytes` inputs.
+double per_token_bytes(double per_head, int64_t seq_len, int64_t Hv, int64_t dtype_bytes) {
   const auto [L, P] = chunk_shape(std::max<int64_t>(1, seq_len), 64);
-  const double cb = dtype_bytes == 8 ? 8 : 4, l = double(L), dk = double(Dk), dv = double(Dv);
-  // Per padded token and head: five [L, L] rows (decay, k k^T, A, q k^T, intra), k beta,
-  // the solve's result, q and k decayed, u, the inputs (2 Dk + Dv + 2) and their decays,
-  // and the state of each chunk (two per chunk: before and after its decay).
-  const double per_head = 5 * l + 4 * dk + 2 * dv + (2 * dk + dv + 2) + 2 + 2 * dk * dv / l;
+  const double cb = dtype_bytes == 8 ? 8 : 4;
   return cb * per_head * double(Hv) * double(P) / double(std::max<int64_t>(1, seq_len));
+}
+}  // namespace
+
+double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
+  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
+  // The inputs in chunks (2 Dk + Dv + 2), [U | Y], w and the state entering each chunk.
+  return per_token_bytes((2 * dk + dv + 2) + (dv + dk) + dv + dk * dv / l, seq_len, Hv, dtype_bytes);
+}
+
+double gated_delta_rule_working_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
+  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
+  // At its largest (measured 0.86-0.98 of this): M, T and the [L, L] gradients with their
+  // temporaries beside the gradients of q, k and the solve's right side, and the states'
+  // gradients from the reverse loop.
+  return per_token_bytes(5.5 * l + 3 * dk + dv + 2 * dk * dv / l, seq_len, Hv, dtype_bytes);
+}
+
+double gated_delta_rule_forward_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
+  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
+  // At its largest (measured 0.96-1.11 of this): the inputs in chunks, the solve's right
+  // side and [U | Y], M, T and q k^T * M, k e^{G_last - G}, q e^G, w, the states and the
+  // output with its copy back in [N, P, H, Dv].
+  return per_token_bytes((2 * dk + dv + 2) + 2 * (dv + dk) + 3 * l + 3 * dk + 3 * dv + dk * dv / l, seq_len, Hv,
+                         dtype_bytes);
 }
 
 at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout) {
@@ -162,6 +384,7 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
   GLINT_CHECK(B == layout.rows && S == layout.seq_len, "causal_depthwise_conv1d: x is [", B, ", ", S,
               ", ...] but the layout is [", layout.rows, ", ", layout.seq_len, "]");
   const int64_t W = weight.size(2);
+  profile::Scope region("short conv");
   const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor xc = x.to(compute);
   at::Tensor w = weight.to(compute).reshape({C, W});                // tap W-1 multiplies the current token
@@ -194,6 +417,7 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
   GLINT_CHECK(chunk >= 1, "gated_delta_rule: chunk must be >= 1, got ", chunk);
   const int64_t Dv = v.size(3);
   const auto compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  profile::Scope region("delta rule");
 
   // One tensor carries all five inputs, so each split, pad and concatenation below runs once
   // instead of five times.

@@ -31,7 +31,7 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
 //   St <- exp(g) St;  delta = beta (v - St^T k);  St <- St + k delta^T;  o = St^T q.
 // Computed chunk-wise (`chunk` tokens at a time, a loop over chunks carrying the state) in
 // float32, or float64 for float64 inputs; returned in q's dtype. Differentiable in all five
-// inputs. Outputs at padding tokens are zero.
+// inputs, with a backward of its own that recomputes each chunk's terms. Outputs at padding tokens are zero.
 // With final_state non-null, also sets it to each row's state after the last token of its
 // last non-padding sequence, [B,Hv,Dk,Dv] in the compute dtype (zeros for a row of padding
 // only): where incremental decoding carries on.
@@ -41,9 +41,15 @@ at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::
                             at::Tensor* final_state = nullptr);
 
 // Bytes gated_delta_rule keeps for backward per token of sequences of `seq_len` tokens
-// (with the default chunk), in the compute type of `dtype_bytes` inputs: per chunk and
-// head its [L, L] decay and products, its [L, D] operands, the state it starts from, and
-// its packed inputs; padding to whole chunks counted.
+// (with the default chunk), in the compute type of `dtype_bytes` inputs: its packed inputs,
+// and per chunk the state it starts from and the corrected values w; padding to whole
+// chunks counted.
 double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes);
+// Bytes per token its backward holds at once besides what it keeps: the chunks' [L, L]
+// terms and solve recomputed, and the gradients that cross chunks.
+double gated_delta_rule_working_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes);
+// Bytes per token a forward without gradients holds at once (decoding's prefill): the
+// packed inputs and the chunks' terms.
+double gated_delta_rule_forward_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes);
 
 }  // namespace glint
