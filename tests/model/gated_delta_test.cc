@@ -234,19 +234,27 @@ TEST(CausalDepthwiseConv1d, MatchesPerPositionLoopAndRestartsAtEverySequence) {
   // Without the restarts the second sequence of row 0 would read the first's last tokens.
   at::Tensor whole = causal_depthwise_conv1d_ref(x[0], w);
   EXPECT_GT(delta_max_diff(got[0].narrow(0, 6, 2), whole.narrow(0, 6, 2)), 1e-3);
+  // Rows of one sequence each (the form that needs no masks).
+  SequenceLayout plain = layout_of({{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5}});
+  at::Tensor got_plain = causal_depthwise_conv1d(x.narrow(0, 0, 2), w, plain);
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_LT(delta_max_diff(got_plain[r], causal_depthwise_conv1d_ref(x[r], w)), 1e-14) << "row " << r;
   // The last tap multiplies the current token: a kernel [0,0,0,1] is the identity.
   at::Tensor identity = at::zeros({C, 1, W}, kDeltaF64Options);
   identity.select(2, W - 1).fill_(1.0);
   EXPECT_LT(delta_max_diff(causal_depthwise_conv1d(x, identity, layout), x), 1e-15);
 }
 
-TEST(CausalDepthwiseConv1d, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
+// Packed sequences with padding (masked reads), and rows of one sequence each.
+class CausalDepthwiseConv1dLayouts : public ::testing::TestWithParam<std::vector<std::vector<int64_t>>> {};
+
+TEST_P(CausalDepthwiseConv1dLayouts, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
   at::manual_seed(7);
   const int64_t C = 3, W = 3;
-  SequenceLayout layout = layout_of({{0, 0, 0, 1, 1, -1}});
-  at::Tensor x = at::randn({1, 6, C}, kDeltaF64Options).requires_grad_(true);
+  SequenceLayout layout = layout_of(GetParam());
+  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options).requires_grad_(true);
   at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options).requires_grad_(true);
-  at::Tensor R = at::randn({1, 6, C}, kDeltaF64Options);
+  at::Tensor R = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options);
   (causal_depthwise_conv1d(x, w, layout) * R).sum().backward();
   auto loss = [&](const at::Tensor& xs, const at::Tensor& ws) {
     return (causal_depthwise_conv1d(xs, ws, layout) * R).sum().item<double>();
@@ -267,6 +275,10 @@ TEST(CausalDepthwiseConv1d, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
   at::Tensor low = causal_depthwise_conv1d(x.detach().to(at::kBFloat16), w.detach(), layout);
   EXPECT_EQ(low.scalar_type(), at::kBFloat16);
 }
+
+INSTANTIATE_TEST_SUITE_P(CausalDepthwiseConv1d, CausalDepthwiseConv1dLayouts,
+                         ::testing::Values(std::vector<std::vector<int64_t>>{{0, 0, 0, 1, 1, -1}},
+                                           std::vector<std::vector<int64_t>>{{0, 0, 0, 0, 0}, {4, 4, 4, 4, 4}}));
 
 }  // namespace
 }  // namespace glint

@@ -172,10 +172,9 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
   // the compute type is the model's, else as their own copies) and the norms; beta, and the
   // decay's softplus input and output.
   per_token += db * 2 * C + (cb == db ? 0 : cb * 2 * Hk * Dk) + cb * 2 * Hk + cb * 3 * Hv;
-  // The convolution: each lag's sequence mask, and with a trained kernel its input (the
-  // projected channels) and each lag's shifted copy.
-  const double W = double(conv1d->weight.size(2));
-  per_token += cb * (W - 1) + (conv1d->weight.requires_grad() ? cb * W * C : 0);
+  // The convolution: the sequence offsets its masks are made from (packed rows), and with
+  // a trained kernel its input (the projected channels).
+  per_token += 8 + (conv1d->weight.requires_grad() ? cb * C : 0);
   per_token += gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
   // The output gate: the rule's output (kept by the norm) and the norm's tensors, z and
   // silu(z), the normalized output, and the gated product where out_proj keeps it.

@@ -376,6 +376,59 @@ double gated_delta_rule_forward_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, i
                          dtype_bytes);
 }
 
+namespace {
+
+// Where lag reaches back inside the token's sequence, for positions [lag, S): [B, S - lag, 1]
+// in `dtype`; undefined for empty offsets (no sequence starts after its row's first position).
+at::Tensor inside_mask(const at::Tensor& offsets, int64_t lag, c10::ScalarType dtype) {
+  if (offsets.numel() == 0) return at::Tensor();
+  return offsets.narrow(1, lag, offsets.size(1) - lag).ge(lag).unsqueeze(-1).to(dtype);
+}
+
+// The convolution with a backward of its own: it keeps x only when the kernel trains, and
+// the masks are remade from the sequence offsets.
+struct CausalConv : torch::autograd::Function<CausalConv> {
+  // x [B,S,C], w [C,W] in the compute type, offsets [B,S] int64 or empty.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& offsets) {
+    const int64_t S = x.size(1), W = w.size(1);
+    at::Tensor out = x * w.select(1, W - 1);
+    for (int64_t lag = 1; lag < W && lag < S; ++lag) {
+      at::Tensor earlier = x.narrow(1, 0, S - lag);  // x[b, t - lag] for t in [lag, S)
+      const at::Tensor inside = inside_mask(offsets, lag, x.scalar_type());
+      if (inside.defined()) earlier = earlier * inside;
+      out.narrow(1, lag, S - lag).addcmul_(earlier, w.select(1, W - 1 - lag));
+    }
+    ctx->save_for_backward({w.requires_grad() ? x : at::Tensor(), w, offsets});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    at::NoGradGuard no_grad;
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &offsets = saved[2];
+    const at::Tensor& d_out = grads[0];
+    const int64_t S = d_out.size(1), W = w.size(1);
+    at::Tensor dx = d_out * w.select(1, W - 1);
+    at::Tensor dw;
+    if (x.defined()) {
+      dw = at::zeros_like(w);
+      dw.select(1, W - 1).copy_((d_out * x).sum(at::IntArrayRef{0, 1}));
+    }
+    for (int64_t lag = 1; lag < W && lag < S; ++lag) {
+      at::Tensor reaching = d_out.narrow(1, lag, S - lag);  // the gradients at positions that read back lag
+      const at::Tensor inside = inside_mask(offsets, lag, d_out.scalar_type());
+      if (inside.defined()) reaching = reaching * inside;
+      dx.narrow(1, 0, S - lag).addcmul_(reaching, w.select(1, W - 1 - lag));
+      if (x.defined()) dw.select(1, W - 1 - lag).copy_((reaching * x.narrow(1, 0, S - lag)).sum(at::IntArrayRef{0, 1}));
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
 at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout) {
   GLINT_CHECK(x.dim() == 3, "causal_depthwise_conv1d: x must be [B,S,C], got ", x.sizes());
   const int64_t B = x.size(0), S = x.size(1), C = x.size(2);
@@ -386,19 +439,15 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
   const int64_t W = weight.size(2);
   profile::Scope region("short conv");
   const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor xc = x.to(compute);
-  at::Tensor w = weight.to(compute).reshape({C, W});                // tap W-1 multiplies the current token
-  at::Tensor offsets = offsets_in_sequence(layout).to(x.device());  // [B,S]
-
-  // A sum of W shifted copies of x, each masked where the shift would cross the start of
-  // the token's sequence: no per-sequence work, and the same ops on every device.
-  at::Tensor out = xc * w.select(1, W - 1);
-  for (int64_t lag = 1; lag < W && lag < S; ++lag) {
-    at::Tensor shifted = at::constant_pad_nd(xc.narrow(1, 0, S - lag), {0, 0, lag, 0});  // [b,t] = x[b,t-lag]
-    at::Tensor inside = offsets.ge(lag).unsqueeze(-1).to(compute);                       // [B,S,1]
-    out = out + shifted * inside * w.select(1, W - 1 - lag);
-  }
-  return out.to(x.scalar_type());
+  // Masks are needed only where a sequence starts after a row's first position (packed
+  // sequences, padding): elsewhere every read back inside the row is inside its sequence.
+  bool one_sequence_a_row = true;
+  for (const Span& span : layout.spans) one_sequence_a_row &= span.start == 0 && !span.padding;
+  const at::Tensor offsets = one_sequence_a_row ? at::empty({0}, x.options().dtype(at::kLong))
+                                                : offsets_in_sequence(layout).to(x.device());
+  // out[b,t] = sum over lags of w[lag] x[b,t-lag] within t's sequence, each lag added in
+  // place into the positions it reaches: no shifted copies of x.
+  return CausalConv::apply(x.to(compute), weight.to(compute).reshape({C, W}), offsets).to(x.scalar_type());
 }
 
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
