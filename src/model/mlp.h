@@ -17,6 +17,9 @@ struct Glu {
   double up_offset = 0.0;
 };
 at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, const Glu& form);
+// The same over one [..., 2I] projection h: gate and up its two halves, or with
+// interleaved its even and odd columns. Its gradient is one tensor like h.
+at::Tensor glu_packed(const at::Tensor& h, bool interleaved, const Glu& form);
 // SwiGLU with a clamp: glu(gate, up, {limit}).
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit);
 // Tensors of width I that glu() keeps for backward, its inputs' [2I] storage counted as 2

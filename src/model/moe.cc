@@ -101,15 +101,12 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
                                 const at::Tensor& tags) {
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
-  int64_t I = intermediate();
   at::Tensor h = project(x, out_major(gate_up_proj), gate_up_adapter.get(), counts, tags);  // [N, 2I]
   if (form.biases) h = h + row_bias(gate_up_proj_bias, counts);
-  at::Tensor gate = form.interleaved ? h.slice(1, 0, 2 * I, 2) : h.narrow(1, 0, I);
-  at::Tensor up = form.interleaved ? h.slice(1, 1, 2 * I, 2) : h.narrow(1, I, I);
   at::Tensor act;
   {
     profile::Scope region("experts glu");
-    act = glu(gate, up, form.glu);  // [N, I]
+    act = glu_packed(h, form.interleaved, form.glu);  // [N, I]
   }
   at::Tensor y = project(act, out_major(down_proj), down_adapter.get(), counts, tags);  // [N, H]
   if (form.biases) y = y + row_bias(down_proj_bias, counts);

@@ -135,6 +135,20 @@ TEST(GptOss, ClampedGluIsTheFormulaAndItsGradient) {
   at::Tensor g = (gate + 0.1).requires_grad_(true);  // away from the kinks at +-1.25
   auto f = [&] { return glu(g, up, Glu{limit, 1.702, 1.0}).sum(); };
   EXPECT_LT(testing::fd_check(f, g, 13, 1e-6), 1e-7);
+  at::Tensor u = (up + 0.1).requires_grad_(true);
+  auto fu = [&] { return glu(gate + 0.1, u, Glu{limit, 1.702, 1.0}).sum(); };
+  EXPECT_LT(testing::fd_check(fu, u, 13, 1e-6), 1e-7);
+  // Plain SwiGLU, both inputs.
+  at::Tensor g2 = gate.clone().requires_grad_(true), u2 = up.clone().requires_grad_(true);
+  auto f2 = [&] { return (glu(g2, u2, Glu{}) * at::linspace(0.5, 2, 13, at::kDouble)).sum(); };
+  EXPECT_LT(testing::fd_check(f2, g2, 13, 1e-6), 1e-7);
+  EXPECT_LT(testing::fd_check(f2, u2, 13, 1e-6), 1e-7);
+  // One [N, 2I] projection, by halves or interleaved, against finite differences.
+  for (bool interleaved : {false, true}) {
+    at::Tensor h = at::linspace(-3.05, 2.95, 24, at::kDouble).reshape({3, 8}).requires_grad_(true);  // no value at +-1.25
+    auto fh = [&] { return (glu_packed(h, interleaved, Glu{limit, 1.702, 1.0}) * at::linspace(0.5, 2, 4, at::kDouble)).sum(); };
+    EXPECT_LT(testing::fd_check(fh, h, 24, 1e-6), 1e-7) << "interleaved " << interleaved;
+  }
 }
 
 // Two sequences packed in one row, then padding, give each sequence's logits alone: the
