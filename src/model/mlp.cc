@@ -12,10 +12,16 @@ namespace glint {
 
 namespace {
 
-at::Tensor glu_value(const at::Tensor& gate, const at::Tensor& up, const Glu& form) {
+// gate clamped to <= limit, and up clamped to [-limit, limit] plus up_offset.
+std::pair<at::Tensor, at::Tensor> clamped(const at::Tensor& gate, const at::Tensor& up, const Glu& form) {
   at::Tensor g = form.limit > 0 ? gate.clamp_max(form.limit) : gate;
   at::Tensor u = form.limit > 0 ? up.clamp(-form.limit, form.limit) : up;
   if (form.up_offset != 0) u = u + form.up_offset;
+  return {g, u};
+}
+
+at::Tensor glu_value(const at::Tensor& gate, const at::Tensor& up, const Glu& form) {
+  auto [g, u] = clamped(gate, up, form);
   return (form.alpha == 1.0 ? at::silu(g) : g * at::sigmoid(g * form.alpha)) * u;
 }
 
@@ -25,9 +31,7 @@ at::Tensor glu_value(const at::Tensor& gate, const at::Tensor& up, const Glu& fo
 // gradient where the value was inside its bounds (bounds included, as torch's clamp).
 void glu_gradients(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& d_out, const Glu& form,
                    at::Tensor& d_gate, at::Tensor& d_up) {
-  const at::Tensor g = form.limit > 0 ? gate.clamp_max(form.limit) : gate;
-  at::Tensor u = form.limit > 0 ? up.clamp(-form.limit, form.limit) : up;
-  if (form.up_offset != 0) u = form.limit > 0 ? u.add_(form.up_offset) : u + form.up_offset;
+  auto [g, u] = clamped(gate, up, form);
   const at::Tensor x = form.alpha == 1.0 ? g : g * form.alpha;
   at::silu_backward_out(d_gate, d_out * u, x);
   at::Tensor a = at::silu(x);
@@ -121,17 +125,11 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit) {
   return glu(gate, up, Glu{limit});
 }
 
-double glu_kept_widths(const Glu&) {
-  // gate and up (or the [2I] tensor they are views of) and the output: the same for every
-  // form, since glu() keeps only its inputs.
-  return 2 + 1;
-}
-
 ActivationMemory DenseMlpImpl::activation_memory(const ActivationShape& s) const {
   const double T = double(s.rows * s.seq_len), F = double(gate_proj->out_features()), db = double(s.dtype_bytes);
   ActivationMemory m;
   m.saved = T * db *
-            (glu_kept_widths(Glu{swiglu_limit}) * F + gate_proj->adapter_kept_per_row() +
+            (kGluKeptWidths * F + gate_proj->adapter_kept_per_row() +
              up_proj->adapter_kept_per_row() + down_proj->adapter_kept_per_row() + (keeps_input() ? double(gate_proj->in_features()) : 0));
   return m;
 }

@@ -22,9 +22,10 @@ at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, const Glu& form);
 at::Tensor glu_packed(const at::Tensor& h, bool interleaved, const Glu& form);
 // SwiGLU with a clamp: glu(gate, up, {limit}).
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, double limit);
-// Tensors of width I that glu() keeps for backward, its inputs' [2I] storage counted as 2
-// and its output (the down projection keeps it) as 1.
-double glu_kept_widths(const Glu& form);
+// Tensors of width I that glu() and glu_packed() keep for backward, whatever the form: gate
+// and up (or the [2I] tensor they are views of) as 2, and the output (the down projection
+// keeps it) as 1.
+inline constexpr double kGluKeptWidths = 2 + 1;
 
 class DenseMlpImpl : public MlpModule {
  public:

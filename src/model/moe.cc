@@ -217,7 +217,7 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
   // experts' output and its weighted copy (the combine keeps both).
   const double adapters = (experts->gate_up_adapter ? experts->gate_up_adapter->kept_per_row() : 0) +
                           (experts->down_adapter ? experts->down_adapter->kept_per_row() : 0);
-  per_token += K * db * (H + glu_kept_widths(experts->form.glu) * I + adapters + 2 * H);
+  per_token += K * db * (H + kGluKeptWidths * I + adapters + 2 * H);
   // Trained expert biases: each row's expert index, for both projections.
   if (experts->form.biases && experts->gate_up_proj_bias.requires_grad()) per_token += K * 2 * 8;
   ActivationMemory m;

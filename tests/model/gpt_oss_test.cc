@@ -148,6 +148,13 @@ TEST(GptOss, ClampedGluIsTheFormulaAndItsGradient) {
     at::Tensor h = at::linspace(-3.05, 2.95, 24, at::kDouble).reshape({3, 8}).requires_grad_(true);  // no value at +-1.25
     auto fh = [&] { return (glu_packed(h, interleaved, Glu{limit, 1.702, 1.0}) * at::linspace(0.5, 2, 4, at::kDouble)).sum(); };
     EXPECT_LT(testing::fd_check(fh, h, 24, 1e-6), 1e-7) << "interleaved " << interleaved;
+    // Its values: gate and up picked by column number, then the formula checked above.
+    at::Tensor gate_cols = interleaved ? at::arange(0, 8, 2, at::kLong) : at::arange(0, 4, at::kLong);
+    at::Tensor up_cols = interleaved ? at::arange(1, 8, 2, at::kLong) : at::arange(4, 8, at::kLong);
+    at::NoGradGuard no_grad;
+    at::Tensor want = glu(h.index_select(1, gate_cols), h.index_select(1, up_cols), Glu{limit, 1.702, 1.0});
+    EXPECT_LT((glu_packed(h, interleaved, Glu{limit, 1.702, 1.0}) - want).abs().max().item<double>(), 1e-15)
+        << "interleaved " << interleaved;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <limits>
 #include <map>
 #include <utility>
@@ -344,36 +345,41 @@ std::pair<int64_t, int64_t> chunk_shape(int64_t length, int64_t chunk) {
 }  // namespace
 
 namespace {
-// Bytes per token of sequences of `seq_len` tokens, for per_head elements per padded token
-// and head in the compute type of `dtype_bytes` inputs.
-double per_token_bytes(double per_head, int64_t seq_len, int64_t Hv, int64_t dtype_bytes) {
+// Bytes per token of sequences of `seq_len` tokens in the compute type of `dtype_bytes`
+// inputs, padding to whole chunks counted.
+// per_head(l, dk, dv) gives the elements per padded token and head for chunk length l.
+double per_token_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes,
+                       const std::function<double(double l, double dk, double dv)>& per_head) {
   const auto [L, P] = chunk_shape(std::max<int64_t>(1, seq_len), 64);
   const double cb = dtype_bytes == 8 ? 8 : 4;
-  return cb * per_head * double(Hv) * double(P) / double(std::max<int64_t>(1, seq_len));
+  return cb * per_head(double(L), double(Dk), double(Dv)) * double(Hv) * double(P) /
+         double(std::max<int64_t>(1, seq_len));
 }
 }  // namespace
 
 double gated_delta_rule_kept_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
-  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
   // The inputs in chunks (2 Dk + Dv + 2), [U | Y], w and the state entering each chunk.
-  return per_token_bytes((2 * dk + dv + 2) + (dv + dk) + dv + dk * dv / l, seq_len, Hv, dtype_bytes);
+  return per_token_bytes(seq_len, Hv, Dk, Dv, dtype_bytes, [](double l, double dk, double dv) {
+    return (2 * dk + dv + 2) + (dv + dk) + dv + dk * dv / l;
+  });
 }
 
 double gated_delta_rule_working_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
-  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
   // At its largest (measured 0.86-0.98 of this): M, T and the [L, L] gradients with their
   // temporaries beside the gradients of q, k and the solve's right side, and the states'
   // gradients from the reverse loop.
-  return per_token_bytes(5.5 * l + 3 * dk + dv + 2 * dk * dv / l, seq_len, Hv, dtype_bytes);
+  return per_token_bytes(seq_len, Hv, Dk, Dv, dtype_bytes, [](double l, double dk, double dv) {
+    return 5.5 * l + 3 * dk + dv + 2 * dk * dv / l;
+  });
 }
 
 double gated_delta_rule_forward_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, int64_t Dv, int64_t dtype_bytes) {
-  const double l = double(chunk_shape(std::max<int64_t>(1, seq_len), 64).first), dk = double(Dk), dv = double(Dv);
   // At its largest (measured 0.96-1.11 of this): the inputs in chunks, the solve's right
   // side and [U | Y], M, T and q k^T * M, k e^{G_last - G}, q e^G, w, the states and the
   // output with its copy back in [N, P, H, Dv].
-  return per_token_bytes((2 * dk + dv + 2) + 2 * (dv + dk) + 3 * l + 3 * dk + 3 * dv + dk * dv / l, seq_len, Hv,
-                         dtype_bytes);
+  return per_token_bytes(seq_len, Hv, Dk, Dv, dtype_bytes, [](double l, double dk, double dv) {
+    return (2 * dk + dv + 2) + 2 * (dv + dk) + 3 * l + 3 * dk + 3 * dv + dk * dv / l;
+  });
 }
 
 namespace {
