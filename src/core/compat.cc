@@ -7,8 +7,6 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/version.h>
 
-#include <dlfcn.h>
-
 #ifdef GLINT_CUDA
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -19,6 +17,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/grouped_linear.h"
 
@@ -35,10 +34,7 @@ std::string torch_version() { return TORCH_VERSION; }
 void set_cpu_threads(int threads) {
   GLINT_ASSERT(threads > 0);
   at::set_num_threads(threads);
-  // OpenBLAS (pthreads build) keeps a pool of its own; looked up at run time because the
-  // BLAS behind libtorch differs between builds (MKL in pip wheels, OpenBLAS in Debian).
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
+  blas::set_threads(threads);
 }
 
 namespace {

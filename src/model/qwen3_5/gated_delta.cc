@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/blas.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 
@@ -84,13 +85,6 @@ at::Tensor offsets_in_sequence(const SequenceLayout& layout) {
 // state crosses chunks: the loop over chunks runs two [L, D] x [D, D] products per chunk and
 // everything else is batched over all chunks at once.
 
-// a [..., m, k] x b [..., k, n] -> [..., m, n] as one bmm over the leading dimensions, whose
-// strides merge (views, not copies, of transposed or narrowed operands).
-at::Tensor batched_mm(const at::Tensor& a, const at::Tensor& b) {
-  std::vector<int64_t> shape = a.sizes().vec();
-  shape.back() = b.size(-1);
-  return at::bmm(a.flatten(0, a.dim() - 3), b.flatten(0, b.dim() - 3)).view(shape);
-}
 at::Tensor mT(const at::Tensor& t) { return t.transpose(-1, -2); }
 
 struct ChunkTerms {
@@ -122,18 +116,19 @@ ChunkTerms chunk_terms(const at::Tensor& xc, int64_t Dk, int64_t Dv, const at::T
   const at::Tensor above = at::ones({L, L}, xc.options().dtype(at::kBool)).triu(1);
   t.M = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill_(above, -std::numeric_limits<double>::infinity()).exp_();
   if (uy.defined()) {
-    t.KKM = batched_mm(t.k, mT(t.k)).mul_(t.M);
+    t.KKM = blas::batched_matmul(t.k, mT(t.k)).mul_(t.M);
     t.uy = uy;
   } else {
     at::Tensor rhs = at::empty({xc.size(0), xc.size(1), L, Dv + Dk}, xc.options());  // [beta v | beta e^G k]
     at::Tensor v_beta = rhs.narrow(-1, 0, Dv), k_beta = rhs.narrow(-1, Dv, Dk);
     at::mul_out(v_beta, t.v, t.beta);
     at::mul_out(k_beta, t.k, t.beta);
-    t.A = batched_mm(k_beta, mT(t.k)).mul_(t.M);
+    t.A = blas::batched_matmul(k_beta, mT(t.k)).mul_(t.M);
     k_beta.mul_(t.eG);
-    t.uy = at::linalg_solve_triangular(t.A, rhs, /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
+    blas::batched_solve_triangular(t.A.flatten(0, 1), rhs.flatten(0, 1), /*upper=*/false, /*unit_diagonal=*/true);
+    t.uy = rhs;
   }
-  t.intra = batched_mm(t.q, mT(t.k)).mul_(t.M);
+  t.intra = blas::batched_matmul(t.q, mT(t.k)).mul_(t.M);
   const at::Tensor G_last = G.narrow(-1, L - 1, 1);  // [K, B, 1]
   t.to_end = (G_last - G).exp_().unsqueeze(-1);
   t.kd = t.k * t.to_end;
@@ -173,13 +168,13 @@ DeltaForward delta_forward(const at::Tensor& x, int64_t L, int64_t Dk, int64_t D
   for (int64_t c = 0; c < K; ++c) {
     f.states[c].copy_(S);
     at::Tensor w = f.w[c];
-    if (c == 0) w.copy_(U[c]);  // S is still zero
-    else at::baddbmm_out(w, U[c], Y[c], S, /*beta=*/1, /*alpha=*/-1);
-    S.mul_(t.d[c]).baddbmm_(mT(t.kd[c]), w);
+    w.copy_(U[c]);
+    if (c > 0) blas::batched_gemm(w, Y[c], S, /*alpha=*/-1, /*beta=*/1);  // S is still zero at c = 0
+    blas::batched_gemm(S.mul_(t.d[c]), mT(t.kd[c]), w, /*alpha=*/1, /*beta=*/1);
   }
   f.last = S.view({N, H, Dk, Dv});
-  at::Tensor o = batched_mm(t.intra, f.w);
-  o.flatten(0, 1).baddbmm_((t.q * t.eG).flatten(0, 1), f.states.flatten(0, 1));
+  at::Tensor o = blas::batched_matmul(t.intra, f.w);
+  blas::batched_gemm(o.flatten(0, 1), (t.q * t.eG).flatten(0, 1), f.states.flatten(0, 1), /*alpha=*/1, /*beta=*/1);
   f.o = from_chunks(o, N);
   return f;
 }
@@ -216,8 +211,8 @@ struct DeltaRule : torch::autograd::Function<DeltaRule> {
     at::Tensor qg = t.q * t.eG;
 
     // The chunks in reverse: dS is the gradient of the state leaving chunk c.
-    at::Tensor from_o = batched_mm(mT(t.intra), dO);  // [K, B, L, Dv]
-    at::Tensor to_state = batched_mm(mT(qg), dO);     // [K, B, Dk, Dv]
+    at::Tensor from_o = blas::batched_matmul(mT(t.intra), dO);  // [K, B, L, Dv]
+    at::Tensor to_state = blas::batched_matmul(mT(qg), dO);     // [K, B, Dk, Dv]
     at::Tensor dw = at::empty_like(w), dS_after = at::empty_like(states);
     {
       const at::Tensor Y = t.uy.narrow(-1, Dv, Dk);
@@ -225,24 +220,25 @@ struct DeltaRule : torch::autograd::Function<DeltaRule> {
       for (int64_t c = K - 1; c >= 0; --c) {
         dS_after[c].copy_(dS);
         at::Tensor dw_c = dw[c];
-        at::baddbmm_out(dw_c, from_o[c], t.kd[c], dS);
-        dS.mul_(t.d[c]).add_(to_state[c]).baddbmm_(mT(Y[c]), dw_c, /*beta=*/1, /*alpha=*/-1);
+        dw_c.copy_(from_o[c]);
+        blas::batched_gemm(dw_c, t.kd[c], dS, /*alpha=*/1, /*beta=*/1);
+        blas::batched_gemm(dS.mul_(t.d[c]).add_(to_state[c]), mT(Y[c]), dw_c, /*alpha=*/-1, /*beta=*/1);
       }
     }
     from_o.reset();
     to_state.reset();
 
     // intra = q k^T * M. E collects dM * M, what the decays in M pass on to G.
-    at::Tensor d_intra = batched_mm(dO, mT(w));  // [K, B, L, L]
+    at::Tensor d_intra = blas::batched_matmul(dO, mT(w));  // [K, B, L, L]
     at::Tensor E = d_intra * t.intra;
     t.intra.reset();
     d_intra.mul_(t.M);  // now the gradient of q k^T
-    at::Tensor dq = batched_mm(d_intra, t.k);
-    at::Tensor dk = batched_mm(mT(d_intra), t.q);
+    at::Tensor dq = blas::batched_matmul(d_intra, t.k);
+    at::Tensor dk = blas::batched_matmul(mT(d_intra), t.q);
     d_intra.reset();
     // q e^G, k e^{G_last - G} and e^{G_last}.
     {
-      const at::Tensor d_qg = batched_mm(dO, mT(states));  // [K, B, L, Dk]
+      const at::Tensor d_qg = blas::batched_matmul(dO, mT(states));  // [K, B, L, Dk]
       dq.addcmul_(d_qg, t.eG);
       qg.mul_(d_qg);
     }
@@ -250,7 +246,7 @@ struct DeltaRule : torch::autograd::Function<DeltaRule> {
     qg.reset();
     at::Tensor through_kd;
     {
-      const at::Tensor d_kd = batched_mm(w, mT(dS_after));  // [K, B, L, Dk]
+      const at::Tensor d_kd = blas::batched_matmul(w, mT(dS_after));  // [K, B, L, Dk]
       dk.addcmul_(d_kd, t.to_end);
       through_kd = (d_kd * t.kd).sum(-1);  // [K, B, L]
     }
@@ -260,13 +256,14 @@ struct DeltaRule : torch::autograd::Function<DeltaRule> {
     // Through the solve: rhs = T Z, so d rhs = T^-T dZ and dT = -(d rhs) Z^T.
     at::Tensor d_rhs;
     {
-      at::Tensor dZ = at::cat({dw, batched_mm(dw, mT(states)).neg_()}, -1);  // [dU | dY]
+      at::Tensor dZ = at::cat({dw, blas::batched_matmul(dw, mT(states)).neg_()}, -1);  // [dU | dY]
       dw.reset();
-      d_rhs = at::linalg_solve_triangular(mT(t.KKM * t.beta), dZ, /*upper=*/true, /*left=*/true,
-                                          /*unitriangular=*/true);
+      blas::batched_solve_triangular(mT(t.KKM * t.beta).flatten(0, 1), dZ.flatten(0, 1), /*upper=*/true,
+                                     /*unit_diagonal=*/true);
+      d_rhs = dZ;
     }
     const at::Tensor below = at::ones({L, L}, xc.options().dtype(at::kBool)).tril(-1);
-    at::Tensor dA = batched_mm(d_rhs, mT(t.uy)).neg_().mul_(below);  // [K, B, L, L]
+    at::Tensor dA = blas::batched_matmul(d_rhs, mT(t.uy)).neg_().mul_(below);  // [K, B, L, L]
     t.uy.reset();
     // A = beta k k^T * M, row i scaled by beta_i.
     at::Tensor dbeta;
@@ -277,7 +274,7 @@ struct DeltaRule : torch::autograd::Function<DeltaRule> {
       E.addcmul_(dA_KKM, t.beta);
     }
     dA.mul_(t.M).mul_(t.beta);  // now the gradient of k k^T
-    dk.add_(batched_mm(dA + mT(dA), t.k));
+    dk.add_(blas::batched_matmul(dA + mT(dA), t.k));
     dA.reset();
     // The solve's right side [beta v | beta e^G k].
     const at::Tensor d_bv = d_rhs.narrow(-1, 0, Dv), d_bek = d_rhs.narrow(-1, Dv, Dk);
