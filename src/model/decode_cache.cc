@@ -149,6 +149,15 @@ void reserve_slots(at::Tensor& t, int64_t dim, int64_t need, std::vector<int64_t
   t = grown;
 }
 
+at::Tensor keys_out_of_sight(const DecodeCache& cache, int64_t T, int64_t window) {
+  // Query i of row b sees the keys at positions <= lengths[b] + i (write_index).
+  const at::Tensor at_pos = cache.write_index().unsqueeze(-1);  // [B,S,1]
+  const at::Tensor j = at::arange(T, at_pos.options()).view({1, 1, T});
+  at::Tensor out = j.gt(at_pos);
+  if (window > 0) out = out.logical_or(j.le(at_pos - window));
+  return out;
+}
+
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
                             const LayerContext& ctx, const at::Tensor& sinks, int64_t window) {
   GLINT_ASSERT(ctx.cache != nullptr, "cached_attention without a cache");
@@ -170,12 +179,9 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor keys = state.k.narrow(2, 0, T), values = state.v.narrow(2, 0, T);     // [B,Nkv,T,D], [B,Nkv,T,Dv]
   at::Tensor qg = q.reshape({B, Nkv, rep * S, D});                                  // head h = g*rep + r
   at::Tensor scores = at::matmul(qg, keys.transpose(2, 3)).to(compute).mul(1.0 / std::sqrt(double(D)));
-  // Query i of row b sees the keys at positions <= lengths[b] + i.
-  at::Tensor j = at::arange(T, cache.write_index().options()).view({1, 1, T});
-  at::Tensor hidden_keys = j.gt(cache.write_index().unsqueeze(-1));  // [B,S,T]
-  if (window > 0) hidden_keys = hidden_keys.logical_or(j.le(cache.write_index().unsqueeze(-1) - window));
   scores = scores.view({B, Nkv, rep, S, T})
-               .masked_fill(hidden_keys.view({B, 1, 1, S, T}), -std::numeric_limits<double>::infinity());
+               .masked_fill(keys_out_of_sight(cache, T, window).view({B, 1, 1, S, T}),
+                            -std::numeric_limits<double>::infinity());
   if (sinks.defined())  // one more logit per query, dropped after the softmax
     scores = at::cat({scores, sinks.to(compute).view({1, Nkv, rep, 1, 1}).expand({B, Nkv, rep, S, 1})}, -1);
   at::Tensor p = at::softmax(scores, -1).narrow(-1, 0, T).to(v.scalar_type()).view({B, Nkv, rep * S, T});

@@ -137,6 +137,11 @@ inline double kv_state_bytes(int64_t positions, int64_t key_width, int64_t value
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KvState& state,
                             const LayerContext& ctx, const at::Tensor& sinks = at::Tensor(), int64_t window = 0);
 
+// [B,S,T] bool, between begin and commit: whether cached or new position t is out of the
+// sight of new token s of row b: after it (t > lengths()[b] + s), or with window > 0 at
+// least `window` positions back.
+at::Tensor keys_out_of_sight(const DecodeCache& cache, int64_t T, int64_t window = 0);
+
 // The last `keep` positions of each row of a per-token tensor (a sliding window's keys, a
 // compressor's unfinished blocks): `recent` [B,keep,...], slot j of row b holding position
 // lengths()[b] - keep + j (zeros where that is before the row's start). Between begin and

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
 
 #include "model/decode_cache.h"
 #include "model/deepseek_v3/config.h"
@@ -40,45 +43,102 @@ MlaAttentionImpl::MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& 
   }
 }
 
-std::array<at::Tensor, 3> MlaAttentionImpl::qkv(const at::Tensor& x, const LayerContext& ctx) {
+MlaAttentionImpl::Projected MlaAttentionImpl::project(const at::Tensor& x, const LayerContext& ctx) {
   const int64_t B = x.size(0), S = x.size(1), Dqk = nope_dim + rope_dim;
   at::Tensor q = q_proj ? q_proj->forward(x) : q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(x)));
   q = q.view({B, S, num_heads, Dqk}).transpose(1, 2);                               // [B,N,S,Dqk]
   std::vector<at::Tensor> q_parts = q.split_with_sizes({nope_dim, rope_dim}, -1);
   at::Tensor kv = kv_a_proj_with_mqa->forward(x);                                     // [B,S,Ckv+R]
   std::vector<at::Tensor> kv_parts = kv.split_with_sizes({kv_lora_rank, rope_dim}, -1);
-  at::Tensor kv_heads = kv_b_proj->forward(kv_a_layernorm->forward(kv_parts[0]))
-                            .view({B, S, num_heads, nope_dim + v_dim})
-                            .transpose(1, 2);                                         // [B,N,S,Dn+Dv]
-  std::vector<at::Tensor> k_parts = kv_heads.split_with_sizes({nope_dim, v_dim}, -1);
   at::Tensor q_rot = q_parts[1], k_rot = kv_parts[1].unsqueeze(1);                    // [B,N,S,R], [B,1,S,R]
   if (interleave) {
     q_rot = deinterleave_pairs(q_rot);
     k_rot = deinterleave_pairs(k_rot);
   }
-  q_rot = apply_rotary(q_rot, ctx.rope.at(0));
-  k_rot = apply_rotary(k_rot, ctx.rope.at(0)).expand({B, num_heads, S, rope_dim});
-  at::Tensor query = at::cat({q_parts[0], q_rot}, -1);
-  at::Tensor key = at::cat({k_parts[0], k_rot}, -1);
+  Projected p;
+  p.query = at::cat({q_parts[0], apply_rotary(q_rot, ctx.rope.at(0))}, -1);
+  p.latent = kv_a_layernorm->forward(kv_parts[0]);
+  p.k_rot = apply_rotary(k_rot, ctx.rope.at(0));
   // The kernels scale by 1/sqrt(Dqk); a YaRN correction goes onto the queries.
   const double extra = softmax_scale * std::sqrt(double(Dqk));
-  if (std::abs(extra - 1.0) > 1e-15) query = query * extra;
-  return {query, key, k_parts[1]};
+  if (std::abs(extra - 1.0) > 1e-15) p.query = p.query * extra;
+  return p;
+}
+
+std::array<at::Tensor, 2> MlaAttentionImpl::expand(const Projected& p) {
+  const int64_t B = p.latent.size(0), S = p.latent.size(1);
+  at::Tensor kv_heads = kv_b_proj->forward(p.latent)
+                            .view({B, S, num_heads, nope_dim + v_dim})
+                            .transpose(1, 2);                                         // [B,N,S,Dn+Dv]
+  std::vector<at::Tensor> k_parts = kv_heads.split_with_sizes({nope_dim, v_dim}, -1);
+  at::Tensor key = at::cat({k_parts[0], p.k_rot.expand({B, num_heads, S, rope_dim})}, -1);
+  return {key, k_parts[1]};
 }
 
 at::Tensor MlaAttentionImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
-  auto [query, key, value] = qkv(x, ctx);
-  return o_proj->forward(sequence_attention(query, key, value, ctx.layout));
+  Projected p = project(x, ctx);
+  auto [key, value] = expand(p);
+  return o_proj->forward(sequence_attention(p.query, key, value, ctx.layout));
+}
+
+namespace {
+// What MLA caches per row: [B,Cap,Ckv] latents and [B,Cap,R] rotated RoPE keys.
+struct LatentState : LayerState {
+  at::Tensor latent, rot;
+  std::vector<at::Tensor*> tensors() override { return {&latent, &rot}; }
+};
+}  // namespace
+
+at::Tensor MlaAttentionImpl::latent_attention(const Projected& p, const LayerContext& ctx) {
+  const DecodeCache& cache = *ctx.cache;
+  const int64_t B = p.latent.size(0), S = p.latent.size(1), N = num_heads, C = kv_lora_rank, R = rope_dim;
+  auto& state = ctx.cache->state<LatentState>(this, [] { return std::make_unique<LatentState>(); });
+  cache.fit(state.latent, 1, {B, 0, C}, p.latent.options());
+  cache.fit(state.rot, 1, {B, 0, R}, p.k_rot.options());
+  const at::Tensor at_pos = cache.write_index().unsqueeze(-1);  // [B,S,1]
+  state.latent.scatter_(1, at_pos.expand({B, S, C}), p.latent);
+  state.rot.scatter_(1, at_pos.expand({B, S, R}), p.k_rot.squeeze(1));
+  // Whole prompts: the packed-sequence kernels over the expanded keys, as in training.
+  if (cache.prefill()) {
+    auto [key, value] = expand(p);
+    return sequence_attention(p.query, key, value, ctx.layout);
+  }
+
+  // Head n's key at position t is W_K[n] c_t (nope) and the shared rotated key; its value
+  // W_V[n] c_t, with [W_K; W_V] head n's rows of kv_b_proj. So q . k = (W_K[n]^T q) . c_t,
+  // and the output sum_t p_t W_V[n] c_t = W_V[n] (sum_t p_t c_t): per head, two products
+  // with the weight, and the cached positions read once for every head.
+  const int64_t T = cache.span(), Dn = nope_dim, Dv = v_dim;
+  const auto compute = p.latent.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor w = kv_b_proj->weight.view({N, Dn + Dv, C});
+  const at::Tensor latent = state.latent.narrow(1, 0, T), rot = state.rot.narrow(1, 0, T);  // [B,T,C], [B,T,R]
+  // Heads first for the products with the weight: [N, B*S, .].
+  at::Tensor q_nope = p.query.narrow(-1, 0, Dn).transpose(0, 1).reshape({N, B * S, Dn});
+  at::Tensor q_lat = at::bmm(q_nope, w.narrow(1, 0, Dn)).view({N, B, S, C}).transpose(0, 1).reshape({B, N * S, C});
+  at::Tensor q_rot = p.query.narrow(-1, Dn, R).reshape({B, N * S, R});
+  at::Tensor scores = at::bmm(q_lat, latent.transpose(1, 2)).add_(at::bmm(q_rot, rot.transpose(1, 2)));  // [B,N*S,T]
+  scores = scores.to(compute)
+               .mul_(1.0 / std::sqrt(double(Dn + R)))
+               .view({B, N, S, T})
+               .masked_fill(keys_out_of_sight(cache, T).view({B, 1, S, T}), -std::numeric_limits<double>::infinity());
+  at::Tensor prob = at::softmax(scores, -1).to(latent.scalar_type()).view({B, N * S, T});
+  at::Tensor o_lat = at::bmm(prob, latent).view({B, N, S, C}).transpose(0, 1).reshape({N, B * S, C});
+  at::Tensor out = at::bmm(o_lat, w.narrow(1, Dn, Dv).transpose(1, 2));  // [N,B*S,Dv]
+  return out.view({N, B, S, Dv}).permute({1, 2, 0, 3}).reshape({B, S, N * Dv});
 }
 
 at::Tensor MlaAttentionImpl::forward_cached(const at::Tensor& x, const LayerContext& ctx) {
-  auto [query, key, value] = qkv(x, ctx);
+  Projected p = project(x, ctx);
+  if (!kv_b_proj->adapter) return o_proj->forward(latent_attention(p, ctx));
+  auto [key, value] = expand(p);
   auto& state = ctx.cache->state<KvState>(this, [] { return std::make_unique<KvState>(); });
-  return o_proj->forward(cached_attention(query, key, value, state, ctx));
+  return o_proj->forward(cached_attention(p.query, key, value, state, ctx));
 }
 
 double MlaAttentionImpl::decode_state_bytes(int64_t positions, int64_t dtype_bytes) const {
-  // Every head's key (nope | rope) and value, expanded from the latent.
+  // The latent and the rotated key; with an adapter on kv_b_proj, every head's key
+  // (nope | rope) and value, expanded from the latent.
+  if (!kv_b_proj->adapter) return double(positions) * double((kv_lora_rank + rope_dim) * dtype_bytes);
   return kv_state_bytes(positions, num_heads * (nope_dim + rope_dim), num_heads * v_dim, dtype_bytes);
 }
 

@@ -19,7 +19,12 @@ class MlaAttentionImpl : public AttentionModule {
   MlaAttentionImpl(const ModelConfig& c, const TensorPlacement& place);
   // x [B,S,H] -> [B,S,H]; RoPE from ctx.rope[0] (R wide).
   at::Tensor forward(const at::Tensor& x, const LayerContext& ctx) override;
-  // Caches each head's expanded key [nope | rope] and value.
+  // Caches the latent: the normed kv_lora_rank-wide vector and the rotated RoPE key per
+  // position, which every head shares (Ckv + R values a position instead of N (Dn + R + Dv),
+  // 1/71 of it at DeepSeek-V3's shape); a new token's query reads them through kv_b_proj's
+  // key half, and its output leaves through the value half (the weight absorbed into the
+  // query and output). With an adapter on kv_b_proj (whose delta is known only as a map
+  // of its input) it caches every head's expanded key and value instead.
   at::Tensor forward_cached(const at::Tensor& x, const LayerContext& ctx) override;
   bool keeps_decode_state() const override { return true; }
   double decode_state_bytes(int64_t positions, int64_t dtype_bytes) const override;
@@ -38,8 +43,16 @@ class MlaAttentionImpl : public AttentionModule {
   Linear o_proj{nullptr};                                 // [H, N*Dv]
 
  private:
-  // query, key [B,N,S,Dn+R] (the query carrying any YaRN correction), value [B,N,S,Dv].
-  std::array<at::Tensor, 3> qkv(const at::Tensor& x, const LayerContext& ctx);
+  struct Projected {
+    at::Tensor query;   // [B,N,S,Dn+R], carrying any YaRN correction
+    at::Tensor latent;  // [B,S,Ckv], after kv_a_layernorm
+    at::Tensor k_rot;   // [B,1,S,R], rotated
+  };
+  Projected project(const at::Tensor& x, const LayerContext& ctx);
+  // Every head's key [B,N,S,Dn+R] and value [B,N,S,Dv], from the latent through kv_b_proj.
+  std::array<at::Tensor, 2> expand(const Projected& p);
+  // The new tokens' attention over their rows' cached latents -> [B,S,N*Dv].
+  at::Tensor latent_attention(const Projected& p, const LayerContext& ctx);
 };
 TORCH_MODULE(MlaAttention);
 
