@@ -20,6 +20,7 @@
 #include "lora/lora.h"
 #include "model/causal_lm.h"
 #include "model/decode_cache.h"
+#include "model/deepseek_v4/attention.h"
 #include "model/deepseek_v4/family.h"
 #include "model/reference_deepseek_v4.h"
 #include "model/weights.h"
@@ -84,11 +85,15 @@ std::map<std::string, at::Tensor> hf_weights(CausalLMImpl& m) {
 
 
 TEST(DeepseekV4, LogitsMatchTheNaiveReference) {
-  for (int64_t window : {6, 0}) {
-    SCOPED_TRACE("sliding_window " + std::to_string(window));
+  // Query blocks of 128 (the default: one block here) and of 4 (several, the last one
+  // part padding, each reading the window's keys that reach back into earlier blocks).
+  for (auto [window, query_block] : {std::pair<int64_t, int64_t>{6, 128}, {0, 128}, {6, 4}, {0, 4}}) {
+    SCOPED_TRACE("sliding_window " + std::to_string(window) + ", query_block " + std::to_string(query_block));
     json j = v4_window_json(window);
     CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
     randomize_v4(*m, 1 + window);
+    for (int64_t l = 0; l < m->config.num_hidden_layers; ++l)
+      m->layer(l)->attention<DeepseekV4AttentionImpl>()->query_block = query_block;
     // 21 tokens: 5 CSA windows of 4 (one token left over), 2 HCA windows of 8, more
     // entries than index_topk (3), and a window of 6 that cuts the sliding keys.
     at::Tensor ids = at::randint(0, kV4Vocab, {2, 21}, at::kLong);

@@ -83,10 +83,13 @@ at::Tensor self_only_attention(const at::Tensor& q, const at::Tensor& kv, const 
 }
 
 // Softmax attention of one sequence, in blocks of Qb queries: block j reads the window
-// keys of tokens [j*Qb - (W-1), (j+1)*Qb) (one strided view of the front-padded keys) and
-// every entry, masked to what each query may see; the sink joins each denominator.
-// q [L,N,D], kv [L,D], entries [T,D] or undefined, visible [L,T] bool -> [L,N,D].
-// Work and saved probabilities per query: N * (Qb + W - 1 + T) logits (and D-wide
+// keys of tokens [j*Qb - (W-1), (j+1)*Qb) (one strided view of the front-padded keys),
+// every entry, and a zero key for the sink, masked to what each query may see; the sink's
+// logit joins each denominator. q [L,N,D], kv [L,D], entries [T,D] or undefined, visible
+// [L,T] bool -> [L,N,D]. One product gives every logit of a block and one its output:
+// the masks and the sink are one added bias (no masked copies, no concatenated logits,
+// no narrowed probabilities whose gradients would be zero-filled copies).
+// Work and saved probabilities per query: N * (Qb + W - 1 + T + 1) logits (and D-wide
 // products each), so O(L * N * (W + L/m)) for the whole sequence; CSA scores every entry
 // and masks the unselected ones rather than gathering the top-k.
 at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& entries,
@@ -95,32 +98,38 @@ at::Tensor blocked_attention(const at::Tensor& q, const at::Tensor& kv, const at
   const int64_t L = q.size(0), N = q.size(1), D = q.size(2);
   const int64_t W = window > 0 ? std::min(window, L) : L;
   const int64_t Qb = std::min(block, L), nb = (L + Qb - 1) / Qb, Lp = nb * Qb, K = Qb + W - 1;
+  const int64_t T = entries.defined() ? entries.size(0) : 0, J = K + T + 1;
   const auto cd = compute_type(q);
   const double inf = std::numeric_limits<double>::infinity();
   auto lopts = at::TensorOptions().dtype(at::kLong).device(q.device());
 
   at::Tensor qb = at::constant_pad_nd(q, {0, 0, 0, 0, 0, Lp - L}).view({nb, Qb * N, D});
-  // keys_T[j] = kv_pad[j*Qb, j*Qb + K) transposed: [nb,D,K]; slot k is token j*Qb + k - (W-1).
-  at::Tensor keys_T = at::constant_pad_nd(kv, {0, 0, W - 1, Lp - L}).unfold(0, K, Qb);
-  at::Tensor i = at::arange(Qb, lopts).view({1, Qb, 1}), k = at::arange(K, lopts).view({1, 1, K});
-  at::Tensor j = at::arange(nb, lopts).view({nb, 1, 1});
-  // Causal (k >= i), inside the window (k <= i + W - 1), not before the sequence.
-  at::Tensor in_window = (k >= i).logical_and(k <= i + (W - 1)).logical_and(j * Qb + k >= W - 1);  // [nb,Qb,K]
+  // keys[j] = [kv_pad[j*Qb, j*Qb + K) | entries | 0]: [nb,J,D]; slot k < K is token
+  // j*Qb + k - (W-1).
+  std::vector<at::Tensor> keys{at::constant_pad_nd(kv, {0, 0, W - 1, Lp - L}).unfold(0, K, Qb).transpose(1, 2)};
+  if (T > 0) keys.push_back(entries.unsqueeze(0).expand({nb, T, D}));
+  keys.push_back(at::zeros({nb, 1, D}, kv.options()));
+  const at::Tensor block_keys = at::cat(keys, 1);
 
-  std::vector<at::Tensor> logits;
-  logits.push_back(at::matmul(qb, keys_T).view({nb, Qb, N, K}).to(cd).mul(scale).masked_fill(
-      in_window.logical_not().unsqueeze(2), -inf));
-  const int64_t T = entries.defined() ? entries.size(0) : 0;
-  if (T > 0) {
-    at::Tensor seen = at::constant_pad_nd(visible, {0, 0, 0, Lp - L}).view({nb, Qb, 1, T});
-    logits.push_back(at::matmul(qb, entries.t()).view({nb, Qb, N, T}).to(cd).mul(scale).masked_fill(
-        seen.logical_not(), -inf));
+  // The bias: 0 where query i of block j sees slot k, else -inf; the sink's slot holds
+  // each head's sink logit (its key is zero, so the product leaves it alone).
+  at::Tensor bias;
+  {
+    at::NoGradGuard no_grad;
+    at::Tensor i = at::arange(Qb, lopts).view({1, Qb, 1}), k = at::arange(K, lopts).view({1, 1, K});
+    at::Tensor j = at::arange(nb, lopts).view({nb, 1, 1});
+    // Causal (k >= i), inside the window (k <= i + W - 1), not before the sequence.
+    std::vector<at::Tensor> seen{(k >= i).logical_and(k <= i + (W - 1)).logical_and(j * Qb + k >= W - 1)};
+    if (T > 0) seen.push_back(at::constant_pad_nd(visible, {0, 0, 0, Lp - L}).view({nb, Qb, T}));
+    seen.push_back(at::ones({nb, Qb, 1}, lopts.dtype(at::kBool)));
+    bias = at::zeros({nb, Qb, 1, J}, q.options().dtype(cd)).masked_fill_(at::cat(seen, -1).logical_not().unsqueeze(2), -inf);
   }
-  logits.push_back(sinks.to(cd).view({1, 1, N, 1}).expand({nb, Qb, N, 1}));
-  at::Tensor p = at::softmax(at::cat(logits, -1), -1).to(q.scalar_type());  // [nb,Qb,N,K+T+1]
+  at::Tensor sink_bias = at::constant_pad_nd(sinks.to(cd).view({1, 1, N, 1}), {J - 1, 0});  // [1,1,N,J]
 
-  at::Tensor out = at::matmul(p.narrow(-1, 0, K).reshape({nb, Qb * N, K}), keys_T.transpose(1, 2));
-  if (T > 0) out = out + at::matmul(p.narrow(-1, K, T).reshape({nb, Qb * N, T}), entries);
+  at::Tensor logits = at::matmul(qb, block_keys.transpose(1, 2)).view({nb, Qb, N, J}).to(cd).mul(scale);
+  logits = logits.add_(bias).add_(sink_bias);
+  at::Tensor p = at::softmax(logits, -1).to(q.scalar_type());  // [nb,Qb,N,J]
+  at::Tensor out = at::matmul(p.view({nb, Qb * N, J}), block_keys);
   return out.view({Lp, N, D}).narrow(0, 0, L);
 }
 
@@ -520,11 +529,11 @@ ActivationMemory DeepseekV4AttentionImpl::activation_memory(const ActivationShap
   // q_b's output and its unweighted norm; the rotated queries, padded to whole blocks.
   per_token += db * Cq + q_a_norm->kept_bytes(s.dtype_bytes) + (q_b_proj->keeps_input() ? db * Cq : 0);
   per_token += db * N * D + cb * N + db * N * D * pad;
-  // Keys: kv_proj's output and its norm; the rotated keys, padded for the window.
-  per_token += db * D + kv_norm->kept_bytes(s.dtype_bytes) + db * D * (pad + (W - 1) / double(L));
-  // Each query's probabilities over its block's window keys, its entries and the sink
-  // (the products read views of them), and the masks.
-  per_token += pad * (cb * N * (K + T + 1) + (K + T));
+  // Keys: kv_proj's output and its norm; each block's keys (its window's, the entries and
+  // the sink's), which both products read.
+  per_token += db * D + kv_norm->kept_bytes(s.dtype_bytes) + db * D * pad * (K + T + 1) / double(Qb);
+  // Each query's probabilities over its block's keys.
+  per_token += pad * cb * N * (K + T + 1);
   if (compressor) {
     // The compressor's two projections, its gates' softmax and (overlapping) the windows
     // joined with their neighbours'; the entries are rate times fewer than the tokens.
