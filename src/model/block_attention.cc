@@ -7,6 +7,7 @@
 #include <atomic>
 #include <limits>
 
+#include "core/blas.h"
 #include "core/error.h"
 
 namespace glint {
@@ -21,6 +22,15 @@ using torch::autograd::variable_list;
 // inputs' dtypes (a bf16 model saves bf16 for backward). A block of n tokens is then a
 // contiguous [b, G, n*R, D] slice (rows token-major) and its keys a contiguous
 // [b, G, m, D] slice, taken to the compute type block by block (no copy in float32).
+
+// out [b, G, r, c] = beta out + a [b, G, r, k] x w [b, G, k, c], the b*G products spread
+// over the threads (core/blas.h); out's first two dimensions must merge (a view).
+void gemm_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& w, double beta = 0) {
+  const at::Tensor flat = out.flatten(0, 1);
+  GLINT_ASSERT(flat.is_alias_of(out), "gemm_into: an output whose first two dimensions do not merge");
+  blas::batched_gemm(flat, a.flatten(0, 1), w.flatten(0, 1), 1.0, beta);
+}
+at::Tensor gemm(const at::Tensor& a, const at::Tensor& w) { return blas::batched_matmul(a, w); }
 
 // The first key a block starting at token s0 sees.
 int64_t first_key(int64_t s0, int64_t window) { return window > 0 ? std::max<int64_t>(0, s0 - window + 1) : 0; }
@@ -42,7 +52,7 @@ at::Tensor block_mask(int64_t s0, int64_t n, int64_t k0, int64_t m, int64_t R, i
 at::Tensor block_scores(const at::Tensor& qb, const at::Tensor& kb, int64_t s0, int64_t n, int64_t k0, int64_t R,
                         int64_t window) {
   const int64_t m = kb.size(2);
-  at::Tensor scores = at::matmul(qb, kb.transpose(-1, -2));
+  at::Tensor scores = gemm(qb, kb.transpose(-1, -2));
   at::Tensor mask = block_mask(s0, n, k0, m, R, window, qb.device());
   (window > 0 ? scores : scores.narrow(-1, m - n, n)).masked_fill_(mask, -std::numeric_limits<double>::infinity());
   return scores;
@@ -91,7 +101,9 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
       at::Tensor row_lse = at::logsumexp(p, -1);                                               // [b, G, n*R]
       if (sinks.defined()) row_lse = at::logaddexp(row_lse, sink_rows(sinks, G, R, n, compute));
       p.sub_(row_lse.unsqueeze(-1)).exp_();
-      out.narrow(2, s0, n).view({b, G, n * R, Dv}).copy_(at::matmul(p, vt.narrow(2, k0, m).to(compute)));
+      const at::Tensor out_b = out.narrow(2, s0, n).view({b, G, n * R, Dv});
+      if (out.scalar_type() == compute) gemm_into(out_b, p, vt.narrow(2, k0, m));
+      else out_b.copy_(gemm(p, vt.narrow(2, k0, m).to(compute)));
       lse.narrow(2, s0, n).view({b, G, n * R}).copy_(row_lse);
     }
     ctx->save_for_backward({qt, kt, vt, sinks_or_empty, out, lse});
@@ -127,10 +139,10 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
       at::Tensor row_delta = delta.narrow(2, s0, n).view({b, G, n * R});
       at::Tensor p = block_scores(qb, kb, s0, n, k0, R, window).sub_(row_lse.unsqueeze(-1)).exp_();
       at::Tensor dob = dout.narrow(2, s0, n).view({b, G, n * R, Dv});
-      dv.narrow(2, k0, m).add_(at::matmul(p.transpose(-1, -2), dob));
-      at::Tensor ds = at::matmul(dob, vb.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p);
-      dq.narrow(2, s0, n).view({b, G, n * R, D}).copy_(at::matmul(ds, kb));
-      dk.narrow(2, k0, m).add_(at::matmul(ds.transpose(-1, -2), qb));
+      gemm_into(dv.narrow(2, k0, m), p.transpose(-1, -2), dob, /*beta=*/1);
+      at::Tensor ds = gemm(dob, vb.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p);
+      gemm_into(dq.narrow(2, s0, n).view({b, G, n * R, D}), ds, kb);
+      gemm_into(dk.narrow(2, k0, m), ds.transpose(-1, -2), qb, /*beta=*/1);
       if (want_sinks) {  // d lse / d sink = p_sink; d out . dO through lse: -p_sink * delta
         at::Tensor p_sink = (sink_rows(sinks, G, R, n, compute) - row_lse).exp_();  // [b, G, n*R]
         dsinks.sub_((p_sink * row_delta).view({b, G, n, R}).sum(at::IntArrayRef{0, 2}));
