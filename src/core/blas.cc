@@ -39,6 +39,10 @@ struct OpenBlas {
   Trsm<double> dtrsm = nullptr;
   SetThreads set_threads = nullptr;
   GetThreads get_threads = nullptr;
+  // Whether it runs its own pool of threads (the pthreads build): then each call inside
+  // the parallel loop is held to one thread. The OpenMP build already runs one thread
+  // inside a parallel region (and its thread count is OpenMP's, which ATen's loop reads).
+  bool own_pool = false;
   bool usable() const { return sgemm && dgemm && strsm && dtrsm && set_threads && get_threads; }
   // Whether the matrices of these CPU tensors go to OpenBLAS one call each.
   bool takes(std::initializer_list<const at::Tensor*> tensors) const {
@@ -64,6 +68,8 @@ const OpenBlas& openblas() {
     OpenBlas b;
     b.set_threads = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     b.get_threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    const auto parallel = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    b.own_pool = parallel && parallel() == 1;  // 0: sequential, 1: pthreads, 2: OpenMP
     if (b.set_threads) {  // the CBLAS of OpenBLAS, not of another BLAS that happens to be loaded
       b.sgemm = reinterpret_cast<Gemm<float>>(::dlsym(RTLD_DEFAULT, "cblas_sgemm"));
       b.dgemm = reinterpret_cast<Gemm<double>>(::dlsym(RTLD_DEFAULT, "cblas_dgemm"));
@@ -111,7 +117,7 @@ bool fits_int(std::initializer_list<int64_t> values) {
 // Restores OpenBLAS's thread count however the products end.
 class SingleThreadedBlas {
  public:
-  explicit SingleThreadedBlas(const OpenBlas& b) : b_(b), threads_(b.get_threads()) {
+  explicit SingleThreadedBlas(const OpenBlas& b) : b_(b), threads_(b.own_pool ? b.get_threads() : 1) {
     if (threads_ != 1) b_.set_threads(1);
   }
   ~SingleThreadedBlas() {
