@@ -55,7 +55,10 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerContext& ct
     profile::Scope region(moe ? "moe" : "mlp");
     return mlp->forward(normed, ctx, router_logits);
   };
-  if (attn_hc) return ffn_hc->forward(attn_hc->forward(x, attention), feed_forward);
+  if (attn_hc) {  // the sublayers name their own regions inside
+    profile::Scope region("hyper-connections");
+    return ffn_hc->forward(attn_hc->forward(x, attention), feed_forward);
+  }
   at::Tensor h = x + attention(x);
   return h + feed_forward(h);
 }
