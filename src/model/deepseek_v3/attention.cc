@@ -110,7 +110,7 @@ at::Tensor MlaAttentionImpl::latent_attention(const Projected& p, const LayerCon
   // with the weight, and the cached positions read once for every head.
   const int64_t T = cache.span(), Dn = nope_dim, Dv = v_dim;
   const auto compute = p.latent.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor w = kv_b_proj->weight.view({N, Dn + Dv, C});
+  const at::Tensor w = kv_b_proj->weight.reshape({N, Dn + Dv, C});  // a view of a contiguous weight
   const at::Tensor latent = state.latent.narrow(1, 0, T), rot = state.rot.narrow(1, 0, T);  // [B,T,C], [B,T,R]
   // Heads first for the products with the weight: [N, B*S, .].
   at::Tensor q_nope = p.query.narrow(-1, 0, Dn).transpose(0, 1).reshape({N, B * S, Dn});
