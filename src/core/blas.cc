@@ -31,7 +31,9 @@ using Trsm = void (*)(int, int, int, int, int, int, int, T, const T*, int, T*, i
 using SetThreads = void (*)(int);
 using GetThreads = int (*)();
 
-// OpenBLAS, found among the libraries libtorch loaded; all null elsewhere.
+// OpenBLAS, found among the libraries libtorch loaded (looked up at run time: the BLAS
+// behind libtorch differs between builds, MKL in pip wheels, OpenBLAS in Debian's); all
+// null elsewhere.
 struct OpenBlas {
   Gemm<float> sgemm = nullptr;
   Gemm<double> dgemm = nullptr;
@@ -186,10 +188,10 @@ void trsm_each(const at::Tensor& a, const at::Tensor& b, bool upper, bool unit_d
 
 void set_threads(int threads) {
   GLINT_ASSERT(threads > 0);
-  // Looked up at run time because the BLAS behind libtorch differs between builds (MKL in
-  // pip wheels, OpenBLAS in Debian).
-  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
+  if (openblas().set_threads) openblas().set_threads(threads);
 }
+
+bool calls_openblas() { return openblas().usable(); }
 
 void batched_gemm(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double alpha, double beta) {
   GLINT_ASSERT(a.dim() == 3 && b.dim() == 3 && out.dim() == 3 && b.size(0) == a.size(0) &&

@@ -24,6 +24,10 @@ void set_threads(int threads);
 void batched_gemm(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double alpha = 1.0,
                   double beta = 0.0);
 
+// Whether batched_gemm and batched_solve_triangular call OpenBLAS themselves (libtorch's
+// BLAS is OpenBLAS), rather than ATen.
+bool calls_openblas();
+
 // b <- a^-1 b for every i of the leading dimension: a [N, m, m] upper or lower triangular
 // (the other triangle is not read, nor the diagonal when it is taken as ones), b [N, m, n];
 // CPU, float or double. Spread over the threads as batched_gemm is; elsewhere ATen's

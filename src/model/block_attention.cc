@@ -30,7 +30,6 @@ void gemm_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& w, 
   GLINT_ASSERT(flat.is_alias_of(out), "gemm_into: an output whose first two dimensions do not merge");
   blas::batched_gemm(flat, a.flatten(0, 1), w.flatten(0, 1), 1.0, beta);
 }
-at::Tensor gemm(const at::Tensor& a, const at::Tensor& w) { return blas::batched_matmul(a, w); }
 
 // The first key a block starting at token s0 sees.
 int64_t first_key(int64_t s0, int64_t window) { return window > 0 ? std::max<int64_t>(0, s0 - window + 1) : 0; }
@@ -52,7 +51,7 @@ at::Tensor block_mask(int64_t s0, int64_t n, int64_t k0, int64_t m, int64_t R, i
 at::Tensor block_scores(const at::Tensor& qb, const at::Tensor& kb, int64_t s0, int64_t n, int64_t k0, int64_t R,
                         int64_t window) {
   const int64_t m = kb.size(2);
-  at::Tensor scores = gemm(qb, kb.transpose(-1, -2));
+  at::Tensor scores = blas::batched_matmul(qb, kb.transpose(-1, -2));
   at::Tensor mask = block_mask(s0, n, k0, m, R, window, qb.device());
   (window > 0 ? scores : scores.narrow(-1, m - n, n)).masked_fill_(mask, -std::numeric_limits<double>::infinity());
   return scores;
@@ -103,7 +102,7 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
       p.sub_(row_lse.unsqueeze(-1)).exp_();
       const at::Tensor out_b = out.narrow(2, s0, n).view({b, G, n * R, Dv});
       if (out.scalar_type() == compute) gemm_into(out_b, p, vt.narrow(2, k0, m));
-      else out_b.copy_(gemm(p, vt.narrow(2, k0, m).to(compute)));
+      else out_b.copy_(blas::batched_matmul(p, vt.narrow(2, k0, m).to(compute)));
       lse.narrow(2, s0, n).view({b, G, n * R}).copy_(row_lse);
     }
     ctx->save_for_backward({qt, kt, vt, sinks_or_empty, out, lse});
@@ -140,7 +139,7 @@ struct BlockAttention : torch::autograd::Function<BlockAttention> {
       at::Tensor p = block_scores(qb, kb, s0, n, k0, R, window).sub_(row_lse.unsqueeze(-1)).exp_();
       at::Tensor dob = dout.narrow(2, s0, n).view({b, G, n * R, Dv});
       gemm_into(dv.narrow(2, k0, m), p.transpose(-1, -2), dob, /*beta=*/1);
-      at::Tensor ds = gemm(dob, vb.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p);
+      at::Tensor ds = blas::batched_matmul(dob, vb.transpose(-1, -2)).sub_(row_delta.unsqueeze(-1)).mul_(p);
       gemm_into(dq.narrow(2, s0, n).view({b, G, n * R, D}), ds, kb);
       gemm_into(dk.narrow(2, k0, m), ds.transpose(-1, -2), qb, /*beta=*/1);
       if (want_sinks) {  // d lse / d sink = p_sink; d out . dO through lse: -p_sink * delta

@@ -100,6 +100,16 @@ void DecodeCache::fit(at::Tensor& t, int64_t dim, std::vector<int64_t> shape, co
   t = grown;
 }
 
+void DecodeCache::store(at::Tensor& t, int64_t dim, const at::Tensor& x) const {
+  GLINT_ASSERT(dim > 0 && dim < x.dim() && x.size(0) == rows() && x.size(dim) == step_, "DecodeCache::store: x ",
+               x.sizes(), " at dim ", dim, " for ", rows(), " rows of ", step_, " new tokens");
+  fit(t, dim, x.sizes().vec(), x.options());
+  std::vector<int64_t> index_shape(x.dim(), 1);
+  index_shape[0] = x.size(0);
+  index_shape[dim] = x.size(dim);
+  t.scatter_(dim, write_index_.view(index_shape).expand(x.sizes()), x);
+}
+
 void LayerState::keep_rows(const at::Tensor& rows) {
   for (at::Tensor* t : tensors())
     if (t->defined()) *t = t->index_select(0, rows);
@@ -166,11 +176,8 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   GLINT_ASSERT(B == cache.rows() && S == cache.new_tokens() && k.size(2) == S && v.size(2) == S && Nh % Nkv == 0,
                "cached_attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(), " for a cache of ",
                cache.rows(), " rows and ", cache.new_tokens(), " new tokens");
-  cache.fit(state.k, 2, {B, Nkv, 0, D}, k.options());
-  cache.fit(state.v, 2, {B, Nkv, 0, Dv}, v.options());
-  const at::Tensor& at_pos = cache.write_index().view({B, 1, S, 1});
-  state.k.scatter_(2, at_pos.expand({B, Nkv, S, D}), k);
-  state.v.scatter_(2, at_pos.expand({B, Nkv, S, Dv}), v);
+  cache.store(state.k, 2, k);
+  cache.store(state.v, 2, v);
   // Whole prompts: the packed-sequence kernels, which never see the cache.
   if (cache.prefill() && !sinks.defined() && window == 0) return sequence_attention(q, k, v, ctx.layout);
 
@@ -194,11 +201,9 @@ at::Tensor history_forward(AttentionModule& module, const at::Tensor& x, const L
   const DecodeCache& cache = *ctx.cache;
   const int64_t B = x.size(0), S = x.size(1), H = x.size(2);
   auto& state = ctx.cache->state<HistoryState>(&module, [] { return std::make_unique<HistoryState>(); });
-  cache.fit(state.x, 1, {B, 0, H}, x.options());
-  at::Tensor at_pos = cache.write_index().unsqueeze(-1).expand({B, S, H});
-  state.x.scatter_(1, at_pos, x);
+  cache.store(state.x, 1, x);
   at::Tensor out = module.forward(state.x.narrow(1, 0, cache.span()), *cache.history);  // [B,T,H]
-  return out.gather(1, at_pos);
+  return out.gather(1, cache.write_index().unsqueeze(-1).expand({B, S, H}));
 }
 
 }  // namespace glint

@@ -86,6 +86,10 @@ class DecodeCache {
   // Grows `t` [B, Cap, ...] along dim `dim` to capacity() positions (zeros), keeping its
   // contents; allocates it (zeros of `shape` with Cap at `dim`) when undefined.
   void fit(at::Tensor& t, int64_t dim, std::vector<int64_t> shape, const at::TensorOptions& options) const;
+  // Writes this forward's x (row b on dim 0, its S new tokens along `dim`) at the tokens'
+  // positions along `dim` of t, fitted to capacity() first (zeros shaped like x when
+  // undefined): a per-position state's append.
+  void store(at::Tensor& t, int64_t dim, const at::Tensor& x) const;
 
   // The state `owner` keeps, made by `make` on first use.
   template <typename T>

@@ -8,6 +8,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <limits>
 #include <string>
 
@@ -158,6 +160,22 @@ TEST(BatchedSolveTriangular, MatchesSubstitutionForEveryLayout) {
             blas::batched_solve_triangular(a, b, upper, unit);
             EXPECT_TRUE(at::allclose(b.to(at::kDouble), expected, tolerance(dtype), tolerance(dtype)));
           }
+}
+
+// Where libtorch's BLAS is OpenBLAS (Debian's builds), the products are glint's own calls,
+// and OpenBLAS's own thread count is as it was after them.
+TEST(BatchedGemm, CallsOpenBlasWhereLibtorchUsesItAndRestoresItsThreads) {
+  using GetThreads = int (*)();
+  const auto threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!threads) GTEST_SKIP() << "libtorch's BLAS is not OpenBLAS here: ATen's products run";
+  EXPECT_TRUE(blas::calls_openblas());
+  blas::set_threads(2);
+  at::Tensor out = at::empty({4, 3, 5});
+  blas::batched_gemm(out, at::randn({4, 3, 6}), at::randn({4, 6, 5}));
+  at::Tensor b = at::randn({4, 3, 2});
+  blas::batched_solve_triangular(at::eye(3).expand({4, 3, 3}), b, /*upper=*/false, /*unit_diagonal=*/true);
+  EXPECT_EQ(threads(), 2);
+  blas::set_threads(at::get_num_threads());
 }
 
 TEST(BatchedMatmul, FourDimensionalViews) {

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include "io/model_files.h"
 #include "io/raw_safetensors.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
+#include "model/decode_cache.h"
 #include "model/deepseek_v3/family.h"
 #include "model/deepseek_v3/attention.h"
 #include "model/reference.h"
@@ -84,6 +86,58 @@ TEST(DeepseekV3, LogitsMatchTheNaiveReferenceInEveryVariant) {
       v3_json(), variants, 10, [](const json& j, const testing::DeepseekV3Weights& w, const at::Tensor& ids) {
         return testing::deepseek_v3_reference_logits(j, w, ids);
       });
+}
+
+// An adapter whose delta is zero: the projection is unchanged, but it has an adapter.
+class ZeroAdapter : public LinearAdapter {
+ public:
+  explicit ZeroAdapter(int64_t out) : out_(out) {}
+  at::Tensor delta(const at::Tensor& x) const override {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out_;
+    return at::zeros(shape, x.options());
+  }
+  double kept_per_row() const override { return 0; }
+
+ private:
+  int64_t out_;
+};
+
+// Decoding caches MLA's latent and rotated key (Ckv + R values a position), counted here
+// from the config, and gives the logits of the expanded keys and values, which it caches
+// instead when kv_b_proj has an adapter.
+TEST(DeepseekV3, DecodingCachesTheLatentUnlessKvBProjHasAnAdapter) {
+  json j = v3_json();
+  CausalLM m(ModelConfig::from_json(j, "test config"), kF64);
+  init_weights(*m, 12);
+  const int64_t rows = 2, prompt = 5, steps = 3, capacity = 12, L = j["num_hidden_layers"];
+  const int64_t N = j["num_attention_heads"], Ckv = j["kv_lora_rank"], Dn = j["qk_nope_head_dim"],
+                R = j["qk_rope_head_dim"], Dv = j["v_head_dim"];
+  at::Tensor ids = at::randint(0, 40, {rows, prompt + steps}, at::kLong);
+  auto decode = [&](int64_t* bytes) {
+    at::NoGradGuard no_grad;
+    DecodeCache cache(rows, c10::Device(c10::kCPU), capacity);
+    std::vector<at::Tensor> logits;
+    auto run = [&](int64_t from, int64_t n) {
+      at::Tensor part = ids.narrow(1, from, n);
+      at::Tensor pos = at::arange(from, from + n, at::kLong).expand({rows, n});
+      logits.push_back(m->logits(m->forward(part, pos, at::zeros_like(part), &cache).hidden));
+    };
+    run(0, prompt);
+    for (int64_t t = prompt; t < prompt + steps; ++t) run(t, 1);
+    *bytes = cache.bytes();
+    return at::cat(logits, 1);
+  };
+  int64_t latent_bytes = 0, expanded_bytes = 0;
+  at::Tensor latent = decode(&latent_bytes);
+  EXPECT_EQ(latent_bytes, L * rows * capacity * (Ckv + R) * 8);
+  for (int64_t l = 0; l < L; ++l) {
+    auto* attn = m->layer(l)->attention<MlaAttentionImpl>();
+    attn->kv_b_proj->adapter = std::make_shared<ZeroAdapter>(attn->kv_b_proj->out_features());
+  }
+  at::Tensor expanded = decode(&expanded_bytes);
+  EXPECT_EQ(expanded_bytes, L * rows * capacity * N * (Dn + R + Dv) * 8);
+  EXPECT_LT((latent - expanded).abs().max().item<double>(), 1e-12);
 }
 
 TEST(DeepseekV3, RouterChoosesWithinTheKeptGroupsLikeTheReference) {

@@ -93,11 +93,8 @@ at::Tensor MlaAttentionImpl::latent_attention(const Projected& p, const LayerCon
   const DecodeCache& cache = *ctx.cache;
   const int64_t B = p.latent.size(0), S = p.latent.size(1), N = num_heads, C = kv_lora_rank, R = rope_dim;
   auto& state = ctx.cache->state<LatentState>(this, [] { return std::make_unique<LatentState>(); });
-  cache.fit(state.latent, 1, {B, 0, C}, p.latent.options());
-  cache.fit(state.rot, 1, {B, 0, R}, p.k_rot.options());
-  const at::Tensor at_pos = cache.write_index().unsqueeze(-1);  // [B,S,1]
-  state.latent.scatter_(1, at_pos.expand({B, S, C}), p.latent);
-  state.rot.scatter_(1, at_pos.expand({B, S, R}), p.k_rot.squeeze(1));
+  cache.store(state.latent, 1, p.latent);
+  cache.store(state.rot, 1, p.k_rot.squeeze(1));
   // Whole prompts: the packed-sequence kernels over the expanded keys, as in training.
   if (cache.prefill()) {
     auto [key, value] = expand(p);
