@@ -2,7 +2,8 @@
 # glint against the eager PyTorch CPU peer (bench/peer/eager_cpu.py) on the same
 # checkpoint, in one sitting: per shape, N rounds of  glint | peer+tcmalloc | peer+glibc,
 # alternated, then the medians and their ratios. Every run: LoRA r 16, alpha 32 on
-# q/k/v/o and the packed experts, AdamW lr 1e-4, float32, batch 4 x 512, --threads each.
+# q/k/v/o and the packed experts (--targets), AdamW lr 1e-4, float32, batch 4 x 512
+# (--batch), --threads each. The families the peer has: bench/peer/eager_models.py.
 #
 # glint runs on the host (`glint bench train`, which links tcmalloc); the peer runs in the
 # Debian 13 chroot of scripts/torch2-check.sh (python3-torch 2.6, python3-numpy,
@@ -18,6 +19,10 @@
 #     --rounds N       rounds per shape (default 3)
 #     --steps N        timed steps per run (default 3), after --warmup N (default 1)
 #     --threads N      threads on both sides (default 2)
+#     --batch N        rows of 512 tokens per step (default 4)
+#     --targets LIST   LoRA targets on both sides, as glint's --lora-targets (default
+#                      q_proj,k_proj,v_proj,o_proj,experts.gate_up_proj,experts.down_proj;
+#                      all: every linear and both expert tensors, glint's default)
 #     --work DIR       models, rows and logs (default /tmp/peer); must be outside the repo
 #     --chroot DIR     the Debian 13 root (default /var/cache/glint/debian13)
 #     --no-glibc       leave out the peer's glibc-malloc runs
@@ -36,6 +41,8 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift ;;
     --warmup) warmup=$2; shift ;;
     --threads) threads=$2; shift ;;
+    --batch) batch=$2; shift ;;
+    --targets) targets=$2; shift ;;
     --work) work=$2; shift ;;
     --chroot) root=$2; shift ;;
     --no-glibc) glibc=0 ;;
@@ -73,7 +80,7 @@ except ValueError: d = json.loads(t.splitlines()[-1])
 print(eval(sys.argv[2], {}, {"d": d}))' "$1" "$2"; }
 
 echo "cpu_compare: glint $glint ($(ldd "$(dirname "$glint")/glint-core" | grep -o 'libtcmalloc[^ ]*' | head -1 || echo 'glibc malloc'))," \
-     "$rounds rounds, $warmup+$steps steps, $threads threads, batch $batch x $seq, started $(date -u +%H:%M:%S)"
+     "$rounds rounds, $warmup+$steps steps, $threads threads, batch $batch x $seq, LoRA on $targets, started $(date -u +%H:%M:%S)"
 summary=()
 for cfg in "${configs[@]}"; do
   name=$(basename "$cfg" .json)
@@ -93,7 +100,8 @@ print("\n".join(json.dumps({"input_ids": [r.randrange(v) for _ in range(s)]}) fo
     --lora-r 16 --lora-alpha 32 --lora-targets $targets --dtype float32 --device cpu --threads "$threads" \
     --eval-samples 0 --output "$work/$name.glint-run" --overwrite --log-every 1 > "$work/$name.glint-train.log" 2>&1
   glint_loss=$(json "$work/$name.glint-run/metrics.jsonl" 'd["loss"]')
-  peer "" --model "$model" --data "$rows" --steps 0 --warmup 1 --threads "$threads" > "$work/$name.peer-loss.json"
+  peer "" --model "$model" --data "$rows" --steps 0 --warmup 1 --threads "$threads" --batch $batch --targets $targets \
+    > "$work/$name.peer-loss.json"
   peer_loss=$(json "$work/$name.peer-loss.json" 'd["step1_loss"]')
   echo "$name: step-1 loss glint $glint_loss, peer $peer_loss"
 
@@ -109,7 +117,7 @@ print("\n".join(json.dumps({"input_ids": [r.randrange(v) for _ in range(s)]}) fo
     [ $glibc = 0 ] || variants+=(glibc:)
     for v in "${variants[@]}"; do
       peer "${v#*:}" --model "$model" --data "$rows" --steps "$steps" --warmup "$warmup" --threads "$threads" \
-        > "$work/$name.peer.json"
+        --batch $batch --targets $targets > "$work/$name.peer.json"
       python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read()); print(json.dumps(dict(side="peer-"+sys.argv[3], round=int(sys.argv[2]), step_s=d["step_s"], tokens_per_s=d["tokens_per_s"], phase_s=d["phase_s"], peak_rss_mb=d["peak_rss_mb"], torch=d["torch"])))' \
         "$work/$name.peer.json" "$i" "${v%%:*}" >> "$work/$name.runs.jsonl"
     done

@@ -1,5 +1,6 @@
 #include "core/op_profile.h"
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <nlohmann/json.hpp>
 
@@ -55,7 +56,8 @@ struct Profiler::Data {
   std::map<std::string, int64_t> phase_ns;
   std::vector<std::string> phase_order;
   // Autograd node sequence number -> the region whose forward made it. A node no operator
-  // announced (a custom autograd function's) takes the region of the latest one before it.
+  // announced (a custom autograd function's) takes the region of the latest operator or
+  // region entry before it.
   std::map<int64_t, const char*> node_region;
   at::CallbackHandle handle = 0;
 
@@ -180,10 +182,17 @@ void push_scope(const char* name, bool phase) {
   f.region = phase ? kNoRegion : name;
   f.is_phase = phase;
   d.push(std::move(f));
+  // A custom autograd function made next, before any operator announces the region,
+  // belongs to it (not to the region of the latest operator before it).
+  if (!phase) d.node_region[int64_t(at::sequence_number::peek())] = name;
 }
 
 void pop_scope() {
-  if (Profiler::Data* d = owned()) d->pop();
+  Profiler::Data* d = owned();
+  if (!d) return;
+  const bool region = !d->stack.empty() && !d->stack.back().is_phase;
+  d->pop();
+  if (region) d->node_region[int64_t(at::sequence_number::peek())] = d->region();
 }
 
 }  // namespace detail

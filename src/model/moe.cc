@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/grouped_linear.h"
 #include "core/op_profile.h"
+#include "core/row_gather.h"
 
 namespace glint {
 
@@ -22,8 +23,10 @@ TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r
   at::Tensor order = std::get<1>(at::sort(flat_experts, /*stable=*/true, 0, false));  // [N]
   TokenDispatcher::Dispatched d;
   d.token_index = at::div(order, K, "floor");                       // [N]
+  // order's inverse: copy k of token t sits at readers[t, k].
+  d.readers = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options())).view({-1, K});
   d.weight = r.weights.reshape({-1}).index_select(0, order);        // [N]
-  d.tokens = x.index_select(0, d.token_index);                      // [N, H]
+  d.tokens = gather_rows(x, d.token_index, d.readers);              // [N, H]
   if (r.tags.defined()) d.tags = r.tags.index_select(0, d.token_index);  // [N]
   at::Tensor counts = at::bincount(flat_experts, {}, num_experts);  // [E] on x's device
   if (device_counts) {
@@ -37,9 +40,9 @@ TokenDispatcher::Dispatched sort_by_expert(const at::Tensor& x, const Routing& r
 
 at::Tensor weighted_combine(const at::Tensor& sorted_out, const TokenDispatcher::Dispatched& d,
                             int64_t num_tokens) {
-  at::Tensor weighted = sorted_out * d.weight.unsqueeze(1);         // [N, H]
-  return at::zeros({num_tokens, sorted_out.size(1)}, sorted_out.options())
-      .index_add(0, d.token_index, weighted);
+  GLINT_ASSERT(d.readers.size(0) == num_tokens, "combine: ", d.readers.size(0), " tokens dispatched, ", num_tokens,
+               " expected");
+  return weighted_row_sum(sorted_out, d.weight, d.token_index, d.readers);
 }
 
 TokenDispatcher::Dispatched LocalTokenDispatcher::dispatch(const at::Tensor& x, const Routing& r) {

@@ -39,6 +39,7 @@ class TokenDispatcher {
     at::Tensor tokens;            // [N_local, H] grouped by local expert, ascending
     std::vector<int64_t> counts;  // [E_local] tokens per local expert (host)
     at::Tensor token_index;       // [N] source token of each sorted copy
+    at::Tensor readers;           // [T, K] where each token's copies sit (token_index's inverse)
     at::Tensor weight;            // [N] routing weight of each sorted copy
     at::Tensor tags;              // [N_local] tag of each grouped row (undefined: no tags)
     // Expert-parallel dispatch: rows per peer each way, and the permutation between the

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/row_gather.h"
 #include "dist/autograd.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -156,7 +157,7 @@ TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& 
   inverse.index_put_({perm}, at::arange(n, at::kLong));
   d.grouped_from_received = perm.to(x.device());
   d.received_from_grouped = inverse.to(x.device());
-  d.tokens = received.index_select(0, d.grouped_from_received);  // [N_local, H]
+  d.tokens = gather_rows(received, d.grouped_from_received, d.received_from_grouped.view({-1, 1}));  // [N_local, H]
   if (d.tags.defined())  // the tags travel with their tokens
     d.tags = comm_->all_to_all(d.tags, d.send_splits, d.recv_splits).index_select(0, d.grouped_from_received);
   d.counts = std::move(local_counts);
@@ -165,7 +166,8 @@ TokenDispatcher::Dispatched AllToAllTokenDispatcher::dispatch(const at::Tensor& 
 
 at::Tensor AllToAllTokenDispatcher::combine(const at::Tensor& expert_out, const Dispatched& d,
                                             int64_t num_tokens) {
-  at::Tensor by_source = expert_out.index_select(0, d.received_from_grouped);  // received order
+  at::Tensor by_source =
+      gather_rows(expert_out, d.received_from_grouped, d.grouped_from_received.view({-1, 1}));  // received order
   at::Tensor back = all_to_all_differentiable(comm_, by_source, d.recv_splits, d.send_splits);  // [N, H]
   return weighted_combine(back, d, num_tokens);
 }

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -99,6 +100,59 @@ TEST(OpProfile, OpsCountInTheirPhaseAndRegionAndABackwardNodeInItsForwardsRegion
     if (g["phase"] == "forward" && g["region"] == "a") in_a += g["mb"].get<double>();
   EXPECT_GE(in_a, 8.0) << m.dump(1);
   EXPECT_LT(in_a, 8.1) << m.dump(1);
+}
+
+// A custom autograd function: y = 2 x, with no operator of its own in the forward that
+// autograd would see.
+struct Twice : torch::autograd::Function<Twice> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) { return x * 2; }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list g) {
+    return {g[0] * 2};
+  }
+};
+
+TEST(OpProfile, ACustomFunctionMadeFirstInARegionCountsInThatRegion) {
+  at::Tensor w = at::randn({8, 8}, at::kDouble).requires_grad_();
+  at::Tensor x = at::randn({4, 8}, at::kDouble);
+  profile::Profiler p;
+  p.start();
+  at::Tensor loss;
+  {
+    profile::Phase forward("forward");
+    at::Tensor h;
+    {
+      profile::Scope a("a");
+      h = at::mm(x, w);
+    }
+    {
+      profile::Scope c("c");
+      h = Twice::apply(h);  // the first thing in "c": no operator announces "c" before it
+    }
+    h = Twice::apply(h);  // after "c" closed: outside every region
+    loss = h.sum();
+  }
+  {
+    profile::Phase backward("backward");
+    loss.backward();
+  }
+  p.stop();
+  p.note_step();
+  const nlohmann::json r = p.report(1000);
+  const nlohmann::json* bwd = phase_of(r, "backward");
+  ASSERT_TRUE(bwd) << r.dump(1);
+  // The node itself (not the engine's evaluate_function wrapper around it, which has no region).
+  auto node_calls = [&](const std::string& region) {
+    double calls = 0;
+    for (const auto& o : (*bwd)["ops"])
+      if (o["op"].get<std::string>().rfind("torch::autograd::CppNode<", 0) == 0 && o["region"] == region)
+        calls += o["calls"].get<double>();
+    return calls;
+  };
+  EXPECT_EQ(node_calls("c"), 1) << bwd->dump(1);
+  EXPECT_EQ(node_calls("a"), 0);
+  EXPECT_EQ(node_calls("(other)"), 1);
+  EXPECT_EQ(calls_of(*bwd, "MmBackward", "a"), 1);
 }
 
 TEST(OpProfile, OneProfileAtATime) {
