@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/cpu_clones.h"
 #include "core/error.h"
 
 namespace glint {
@@ -23,29 +24,45 @@ bool on_cpu_kernels(std::initializer_list<at::Tensor> ts) {
 // Rows per task: about 64 KiB of a row's values each.
 int64_t grain(int64_t row_elements) { return std::max<int64_t>(1, (int64_t(16) << 10) / std::max<int64_t>(1, row_elements)); }
 
+// o = s y, or o += s y.
+template <typename T>
+GLINT_CPU_CLONES void scaled_row(T* o, const T* y, T s, int64_t H, bool accumulate) {
+  if (accumulate) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int64_t h = 0; h < H; ++h) o[h] += s * y[h];
+  } else {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int64_t h = 0; h < H; ++h) o[h] = s * y[h];
+  }
+}
+
+// dy = s g; returns y . g.
+template <typename T>
+GLINT_CPU_CLONES T scaled_row_and_dot(T* dy, const T* y, const T* g, T s, int64_t H) {
+  T dot = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : dot)
+#endif
+  for (int64_t h = 0; h < H; ++h) {
+    dy[h] = s * g[h];
+    dot += y[h] * g[h];
+  }
+  return dot;
+}
+
 // out[m] = sum over r of w[n] rows[n], n = readers[m, r] (w null: weight 1), in the readers' order.
 template <typename T>
 void row_sums(const T* rows, const T* w, const int64_t* readers, int64_t M, int64_t R, int64_t H, T* out) {
   at::parallel_for(0, M, grain(H * R), [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      T* o = out + m * H;
+    for (int64_t m = begin; m < end; ++m)
       for (int64_t r = 0; r < R; ++r) {
         const int64_t n = readers[m * R + r];
-        const T s = w ? w[n] : T(1);
-        const T* y = rows + n * H;
-        if (r == 0) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-          for (int64_t h = 0; h < H; ++h) o[h] = s * y[h];
-        } else {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-          for (int64_t h = 0; h < H; ++h) o[h] += s * y[h];
-        }
+        scaled_row<T>(out + m * H, rows + n * H, w ? w[n] : T(1), H, r > 0);
       }
-    }
   });
 }
 
@@ -54,24 +71,11 @@ template <typename T>
 void weighted_sum_backward(const T* g, const T* rows, const T* w, const int64_t* readers, int64_t M, int64_t R,
                            int64_t H, T* d_rows, T* d_w) {
   at::parallel_for(0, M, grain(H * R), [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      const T* gm = g + m * H;
+    for (int64_t m = begin; m < end; ++m)
       for (int64_t r = 0; r < R; ++r) {
         const int64_t n = readers[m * R + r];
-        const T s = w[n];
-        const T* y = rows + n * H;
-        T* dy = d_rows + n * H;
-        T dot = 0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : dot)
-#endif
-        for (int64_t h = 0; h < H; ++h) {
-          dy[h] = s * gm[h];
-          dot += y[h] * gm[h];
-        }
-        d_w[n] = dot;
+        d_w[n] = scaled_row_and_dot<T>(d_rows + n * H, rows + n * H, g + m * H, w[n], H);
       }
-    }
   });
 }
 

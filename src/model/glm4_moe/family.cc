@@ -17,12 +17,12 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-constexpr const char* kModelType = "glm4_moe";
+constexpr const char* kGlm4MoeType = "glm4_moe";
 
 class Glm4MoeFamily : public ModelFamily {
  public:
   std::string name() const override { return "glm4_moe"; }
-  std::vector<std::string> model_types() const override { return {kModelType}; }
+  std::vector<std::string> model_types() const override { return {kGlm4MoeType}; }
 
   ModelConfig from_json(const json& j, const std::string& where) const override {
     ModelConfig c;
@@ -85,8 +85,8 @@ class Glm4MoeFamily : public ModelFamily {
   }
 
   void validate(const ModelConfig& c, const std::string& where) const override {
-    GLINT_CHECK(c.model_type == kModelType, where, ": model_type '", c.model_type, "' is not ", kModelType);
-    GLINT_CHECK(c.holds_fields<Glm4MoeFields>(), where, ": fields of another family are set on a ", kModelType,
+    GLINT_CHECK(c.model_type == kGlm4MoeType, where, ": model_type '", c.model_type, "' is not ", kGlm4MoeType);
+    GLINT_CHECK(c.holds_fields<Glm4MoeFields>(), where, ": fields of another family are set on a ", kGlm4MoeType,
                 " config");
     cf::validate_common(c, where);
     auto positive = [&](const char* name, int64_t v) {
@@ -94,7 +94,7 @@ class Glm4MoeFamily : public ModelFamily {
     };
     positive("head_dim", c.head_dim);
     cf::validate_partial_rotary(c, where);
-    GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", kModelType);
+    GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", kGlm4MoeType);
     GLINT_CHECK(c.first_k_dense_replace >= 0, where, ": first_k_dense_replace must be >= 0, got ",
                 c.first_k_dense_replace);
     if (c.first_k_dense_replace > 0) positive("intermediate_size", c.intermediate_size);
@@ -107,7 +107,7 @@ class Glm4MoeFamily : public ModelFamily {
                     c.mlp_only_layers.empty() && c.moe_layer_freq == 1 && c.hc_mult == 0 &&
                     c.shared_expert_intermediate_size == 0 && c.swiglu_limit == 0 && c.layer_types.empty() &&
                     c.mlp_layer_types.empty() && !c.norm_unit_offset && c.sliding_window == 0 && !c.rope_interleave,
-                where, ": fields of another family are set on a ", kModelType, " config");
+                where, ": fields of another family are set on a ", kGlm4MoeType, " config");
   }
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
@@ -124,7 +124,7 @@ class Glm4MoeFamily : public ModelFamily {
   }
 
   ModelConfig tiny(int64_t vocab_size) const override {
-    json j = {{"model_type", kModelType},
+    json j = {{"model_type", kGlm4MoeType},
               {"vocab_size", vocab_size},
               {"hidden_size", 64},
               {"intermediate_size", 96},

@@ -17,12 +17,12 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-constexpr const char* kModelType = "gpt_oss";
+constexpr const char* kGptOssType = "gpt_oss";
 
 class GptOssFamily : public ModelFamily {
  public:
   std::string name() const override { return "gpt_oss"; }
-  std::vector<std::string> model_types() const override { return {kModelType}; }
+  std::vector<std::string> model_types() const override { return {kGptOssType}; }
 
   ModelConfig from_json(const json& j, const std::string& where) const override {
     ModelConfig c;
@@ -70,7 +70,7 @@ class GptOssFamily : public ModelFamily {
       GLINT_CHECK(quant->is_object(), w, ": must be an object, got ", quant->dump());
       std::string method;
       cf::read(*quant, w, "quant_method", &method, true);
-      GLINT_CHECK(method == "mxfp4", w, ": quant_method '", method, "' is not supported for ", kModelType,
+      GLINT_CHECK(method == "mxfp4", w, ": quant_method '", method, "' is not supported for ", kGptOssType,
                   " (its releases' mxfp4 experts are; dequantise other forms first)");
     }
     validate(c, where);
@@ -95,7 +95,7 @@ class GptOssFamily : public ModelFamily {
   }
 
   void validate(const ModelConfig& c, const std::string& where) const override {
-    GLINT_CHECK(c.model_type == kModelType, where, ": model_type '", c.model_type, "' is not ", kModelType);
+    GLINT_CHECK(c.model_type == kGptOssType, where, ": model_type '", c.model_type, "' is not ", kGptOssType);
     cf::validate_common(c, where);
     GLINT_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, where, ": head_dim must be positive and even, got ",
                 c.head_dim);
@@ -108,13 +108,13 @@ class GptOssFamily : public ModelFamily {
     GLINT_CHECK(c.swiglu_limit > 0, where, ": swiglu_limit must be positive, got ", c.swiglu_limit);
     GLINT_CHECK(c.sliding_window >= 0, where, ": sliding_window must be >= 0, got ", c.sliding_window);
     GLINT_CHECK(c.rope_scaling.type.empty() || c.rope_scaling.type == "yarn", where, ": RoPE scaling '",
-                c.rope_scaling.type, "' is not supported for ", kModelType);
+                c.rope_scaling.type, "' is not supported for ", kGptOssType);
     GLINT_CHECK(int64_t(c.layer_types.size()) == c.num_hidden_layers, where, ": layer_types has ",
                 c.layer_types.size(), " entries for ", c.num_hidden_layers, " layers");
     for (size_t l = 0; l < c.layer_types.size(); ++l) {
       const std::string& t = c.layer_types[l];
       GLINT_CHECK(t == kGptOssSliding || t == kGptOssFull, where, ": layer_types[", l, "] is '", t, "'; ",
-                  kModelType, " layers are '", kGptOssSliding, "' or '", kGptOssFull, "'");
+                  kGptOssType, " layers are '", kGptOssSliding, "' or '", kGptOssFull, "'");
       GLINT_CHECK(t == kGptOssFull || c.sliding_window > 0, where, ": layer ", l,
                   " is a sliding_attention layer but sliding_window is not set");
     }
@@ -124,7 +124,7 @@ class GptOssFamily : public ModelFamily {
                     c.shared_expert_intermediate_size == 0 && c.mlp_layer_types.empty() && !c.norm_unit_offset &&
                     c.partial_rotary_factor == 1.0 && !c.rope_interleave && c.norm_topk_prob &&
                     c.routed_scaling_factor == 1.0,
-                where, ": fields of another family are set on a ", kModelType, " config");
+                where, ": fields of another family are set on a ", kGptOssType, " config");
   }
 
   LayerParts make_layer(const ModelConfig& c, int64_t layer, const TensorPlacement& p) const override {
@@ -148,7 +148,7 @@ class GptOssFamily : public ModelFamily {
   }
 
   ModelConfig tiny(int64_t vocab_size) const override {
-    json j = {{"model_type", kModelType},
+    json j = {{"model_type", kGptOssType},
               {"vocab_size", vocab_size},
               {"hidden_size", 64},
               {"intermediate_size", 32},

@@ -18,12 +18,12 @@ namespace {
 using nlohmann::json;
 namespace cf = config_fields;
 
-constexpr const char* kModelType = "qwen3_next";
+constexpr const char* kQwen3NextType = "qwen3_next";
 
 class Qwen3NextFamily : public ModelFamily {
  public:
   std::string name() const override { return "qwen3_next"; }
-  std::vector<std::string> model_types() const override { return {kModelType}; }
+  std::vector<std::string> model_types() const override { return {kQwen3NextType}; }
 
   ModelConfig from_json(const json& j, const std::string& where) const override {
     ModelConfig c;
@@ -82,15 +82,15 @@ class Qwen3NextFamily : public ModelFamily {
   }
 
   void validate(const ModelConfig& c, const std::string& where) const override {
-    GLINT_CHECK(c.model_type == kModelType, where, ": model_type '", c.model_type, "' is not ", kModelType);
+    GLINT_CHECK(c.model_type == kQwen3NextType, where, ": model_type '", c.model_type, "' is not ", kQwen3NextType);
     cf::validate_common(c, where);
-    GLINT_CHECK(c.holds_fields<GatedDeltaNetFields>(), where, ": fields of another family are set on a ", kModelType,
+    GLINT_CHECK(c.holds_fields<GatedDeltaNetFields>(), where, ": fields of another family are set on a ", kQwen3NextType,
                 " config");
     cf::validate_hybrid_layers(c, where);
-    GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", kModelType);
+    GLINT_CHECK(c.rope_scaling.type.empty(), where, ": RoPE scaling is not supported for ", kQwen3NextType);
     GLINT_CHECK(c.scoring_func == "softmax" && c.n_group == 1 && c.n_shared_experts == 0 &&
                     c.first_k_dense_replace == 0 && c.moe_layer_freq == 1 && c.hc_mult == 0,
-                where, ": fields of another family are set on a ", kModelType, " config");
+                where, ": fields of another family are set on a ", kQwen3NextType, " config");
     // Checked before is_moe_layer() below, which divides by decoder_sparse_step.
     GLINT_CHECK(c.decoder_sparse_step > 0, where, ": decoder_sparse_step must be positive, got ",
                 c.decoder_sparse_step);
@@ -129,7 +129,7 @@ class Qwen3NextFamily : public ModelFamily {
   // Layer 0: Gated DeltaNet and MoE with the gated shared expert; layer 1: gated
   // attention and a dense MLP.
   ModelConfig tiny(int64_t vocab_size) const override {
-    json j = {{"model_type", kModelType},
+    json j = {{"model_type", kQwen3NextType},
               {"vocab_size", vocab_size},
               {"hidden_size", 32},
               {"intermediate_size", 40},
