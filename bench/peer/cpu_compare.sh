@@ -85,7 +85,7 @@ summary=()
 for cfg in "${configs[@]}"; do
   name=$(basename "$cfg" .json)
   model=$work/$name
-  if [ ! -e "$model/model.safetensors" ]; then
+  if ! compgen -G "$model/*.safetensors" > /dev/null; then
     nice "$glint" init-model --config "$cfg" --output "$model" --seed 1 >&2
   fi
   vocab=$(json "$model/config.json" 'd["vocab_size"]')

@@ -17,6 +17,10 @@
 
 namespace glint {
 
+// Whether the one-pass CPU kernels run for tensors of this device and dtype (else ATen's
+// operators, which keep more for backward: the weighted copy of the rows).
+bool row_gather_kernels_run(c10::Device device, c10::ScalarType dtype);
+
 // x [M, H] -> x[index] [N, H]. Differentiable in x: its gradient sums, for each source
 // row, the gradients of its R readers.
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& index, const at::Tensor& readers);

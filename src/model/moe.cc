@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -208,7 +209,8 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
                K = double(top_k);
   // Router: with a trained router, x in the compute type; the logits (the step keeps them
   // for the balancing loss) and the scores; the chosen weights, their sum, their sorted
-  // copy; the choice, the sort order and each copy's token (int64).
+  // copy; the choice, the sort order and where each copy sits (or, on ATen's operators,
+  // each copy's token) (int64).
   double per_token = E * cb * (gate->scoring == RouterImpl::Scoring::kSqrtSoftplus ? 3 : 2) + (K + 1) * cb + K * db +
                      3 * K * 8;
   bool x_kept = false;
@@ -216,11 +218,14 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
     per_token += H * cb;
     x_kept = cb == db;
   }
-  // Each routed copy: its hidden row, the experts' GLU tensors, the adapters' rows, the
-  // experts' output and its weighted copy (the combine keeps both).
+  // Each routed copy: its hidden row, the experts' GLU tensors, the adapters' rows and the
+  // experts' output (the combine keeps it); where the combine runs on ATen's operators, the
+  // output's weighted copy too (index_add keeps its source).
   const double adapters = (experts->gate_up_adapter ? experts->gate_up_adapter->kept_per_row() : 0) +
                           (experts->down_adapter ? experts->down_adapter->kept_per_row() : 0);
-  per_token += K * db * (H + kGluKeptWidths * I + adapters + 2 * H);
+  const c10::ScalarType dtype = s.dtype_bytes == 8 ? at::kDouble : s.dtype_bytes == 4 ? at::kFloat : at::kBFloat16;
+  const bool one_pass = row_gather_kernels_run(experts->gate_up_proj.device(), dtype);
+  per_token += K * db * (H + kGluKeptWidths * I + adapters + (one_pass ? 1 : 2) * H);
   // Trained expert biases: each row's expert index, for both projections.
   if (experts->form.biases && experts->gate_up_proj_bias.requires_grad()) per_token += K * 2 * 8;
   ActivationMemory m;
@@ -237,8 +242,11 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
     }
   }
   m.saved += T * per_token;
-  // Backward of the experts: the gradients of each routed copy's rows, GLU and output.
-  m.working = T * K * db * (2 * H + 2 * I);
+  // Backward of the combine and the experts: with the one-pass combine, each routed copy's
+  // output gradient beside the down projection's input gradient, then the GLU's [2I]
+  // gradient beside the gate_up input gradient (or its [I] input's); on ATen's operators
+  // the combine's own copies and the products' besides.
+  m.working = T * K * db * (one_pass ? 2 * I + std::max(H, I) : 2 * H + 2 * I);
   return m;
 }
 
