@@ -307,14 +307,19 @@ class Glm4Moe(Qwen3Moe):
         read_linears(L, w, p, ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"])
         if c.get("use_qk_norm", False):
             L["q_norm"], L["k_norm"] = w[p + "self_attn.q_norm.weight"], w[p + "self_attn.k_norm.weight"]
-        if l < c.get("first_k_dense_replace", 1):
+        self.read_mlp(l, L, w, p, dense_layers=c.get("first_k_dense_replace", 1))
+
+    def read_mlp(self, l, L, w, p, dense_layers):
+        """GLM's and DeepSeek-V3's MLP: a dense SwiGLU in the first dense_layers layers, else
+        the router (with its correction bias), the routed experts and the shared experts."""
+        if l < dense_layers:
             read_linears(L, w, p, ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
             return
         L["router"] = w[p + "mlp.gate.weight"]
         if p + "mlp.gate.e_score_correction_bias" in w:
             L["router_bias"] = w[p + "mlp.gate.e_score_correction_bias"]
         L["gate_up"], L["down"] = packed_experts(w, p + "mlp.experts.", self.E, in_major=False)
-        if c.get("n_shared_experts", 0) > 0:
+        if self.c.get("n_shared_experts", 0) > 0:
             read_linears(L, w, p, ["mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj",
                                    "mlp.shared_experts.down_proj"])
         self.adapt_experts(l, L, self.E, self.H, self.I)
@@ -436,17 +441,7 @@ class DeepseekV3(Glm4Moe):
         if c.get("q_lora_rank"):
             L["q_a_norm"] = w[p + "self_attn.q_a_layernorm.weight"]
         L["kv_a_norm"] = w[p + "self_attn.kv_a_layernorm.weight"]
-        if l < c.get("first_k_dense_replace", 0):
-            read_linears(L, w, p, ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
-            return
-        L["router"] = w[p + "mlp.gate.weight"]
-        if p + "mlp.gate.e_score_correction_bias" in w:
-            L["router_bias"] = w[p + "mlp.gate.e_score_correction_bias"]
-        L["gate_up"], L["down"] = packed_experts(w, p + "mlp.experts.", self.E, in_major=False)
-        if c.get("n_shared_experts", 0) > 0:
-            read_linears(L, w, p, ["mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj",
-                                   "mlp.shared_experts.down_proj"])
-        self.adapt_experts(l, L, self.E, self.H, self.I)
+        self.read_mlp(l, L, w, p, dense_layers=c.get("first_k_dense_replace", 0))
 
     def rope(self, S):
         c = self.c
