@@ -31,6 +31,13 @@ TrainedRun train(const std::string& device, const std::string& dtype, bool full)
   o.full = full;
   o.data.pack = true;  // several sequences a row: on a GPU in bf16, flash's variable-length kernel
   o.optim.steps = 5;
+  // AdamW's first step moves each element by lr g / (|g| + eps). With eps 1e-8 an element
+  // whose gradient is of that size steps by a fraction of lr that float32's rounding of g
+  // decides (its sign too), and lr 1e-2 makes that a step the loss feels two steps later:
+  // a comparison of arithmetic would measure that chaos instead. With eps 1e-6 the update
+  // is a smooth function of the gradient at float32's rounding, and every element whose
+  // gradient is above 1e-6 still takes AdamW's full normalised step.
+  o.optim.adam.eps = 1e-6;
   o.data.eval_samples = 0;
   Trainer t(o);
   TrainedRun r;
@@ -74,15 +81,15 @@ TEST_P(OnTheTestDevice, TracksTheFloat64CpuRun) {
               c.name.c_str(), worst_loss, weight_rel);
 }
 
-// The tolerances (measured on the CPU: loss 1.8e-6 / 6e-3 and 7.9e-3; weights 6.1e-5 and
-// 6.8e-6 / 0.10 and 0.048). The trained weights differ most where AdamW normalises tiny
-// gradients into full-size steps (LoRA B starts at zero): rounding then flips a step's
-// sign, which the loss does not feel.
+// The tolerances, against what the CPU measures under libtorch 1.13 / 2.6 (largest loss
+// difference; trained weights): LoraFloat32 4.6e-7 / 1.4e-6; 9.9e-6 / 1.9e-5. FullFloat32
+// 2.1e-7 / 3.3e-7; 1.0e-6 / 1.1e-6. LoraBf16 5.7e-3 / 5.8e-3; 0.083 / 0.088. FullBf16
+// 1.1e-2 / 1.9e-2; 0.045 / 0.043.
 INSTANTIATE_TEST_SUITE_P(Dtypes, OnTheTestDevice,
-                         ::testing::Values(Case{"float32", false, 1e-5, 3e-4, "LoraFloat32"},
-                                           Case{"float32", true, 1e-5, 3e-4, "FullFloat32"},
+                         ::testing::Values(Case{"float32", false, 1e-5, 1e-4, "LoraFloat32"},
+                                           Case{"float32", true, 1e-5, 1e-4, "FullFloat32"},
                                            Case{"bfloat16", false, 2e-2, 0.2, "LoraBf16"},
-                                           Case{"bfloat16", true, 2e-2, 0.1, "FullBf16"}),
+                                           Case{"bfloat16", true, 3e-2, 0.1, "FullBf16"}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
