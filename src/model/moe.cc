@@ -86,16 +86,26 @@ at::Tensor row_bias(const at::Tensor& bias, const std::vector<int64_t>& counts) 
 }
 }  // namespace
 
-at::Tensor ExpertsImpl::project(const at::Tensor& x, const at::Tensor& w, const ExpertAdapter* adapter,
-                                const std::vector<int64_t>& counts, const at::Tensor& tags) const {
-  // Where one grouped-GEMM kernel runs (a GPU's), the adapter's update is added after it;
-  // elsewhere the base GEMMs and a plain LoRA's two thin ones run on each group's rows of
-  // one output (grouped_linear). A tenant bank's update picks rows by tag: added after.
+at::Tensor ExpertsImpl::project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                const ExpertAdapter* adapter, const std::vector<int64_t>& counts,
+                                const at::Tensor& tags) const {
+  // Where one grouped-GEMM kernel runs (a GPU's), the bias and the adapter's update are
+  // added after it; elsewhere the base GEMMs (each from its expert's bias) and a plain
+  // LoRA's two thin ones run on each group's rows of one output (grouped_linear). A tenant
+  // bank's update picks rows by tag: added after.
   const bool one_kernel = compat::grouped_mm_available(x, w);
   const ExpertAdapter::LowRank lora =
       adapter && !one_kernel ? adapter->low_rank(x.scalar_type()) : ExpertAdapter::LowRank{};
-  if (!one_kernel && (!adapter || lora.A.defined())) return grouped_linear(x, w, counts, lora.A, lora.B, lora.scale);
-  at::Tensor y = compat::grouped_matmul(x, w, counts);
+  const bool fold = !one_kernel && bias.defined() && bias.scalar_type() == x.scalar_type();
+  at::Tensor y;
+  if (!one_kernel && (!adapter || lora.A.defined())) {
+    y = grouped_linear(x, w, counts, lora.A, lora.B, lora.scale, fold ? bias : at::Tensor());
+    adapter = nullptr;
+  } else {
+    y = fold ? grouped_linear(x, w, counts, at::Tensor(), at::Tensor(), 1.0, bias)
+             : compat::grouped_matmul(x, w, counts);
+  }
+  if (bias.defined() && !fold) y = y + row_bias(bias, counts);
   if (!adapter) return y;
   profile::Scope region("experts lora");
   return y + adapter->delta(x, counts, tags);
@@ -105,16 +115,16 @@ at::Tensor ExpertsImpl::forward(const at::Tensor& x, const std::vector<int64_t>&
                                 const at::Tensor& tags) {
   GLINT_ASSERT(int64_t(counts.size()) == num_local(), "counts ", counts.size(), " vs ",
                num_local(), " local experts");
-  at::Tensor h = project(x, out_major(gate_up_proj), gate_up_adapter.get(), counts, tags);  // [N, 2I]
-  if (form.biases) h = h + row_bias(gate_up_proj_bias, counts);
+  const at::Tensor none;
+  at::Tensor h = project(x, out_major(gate_up_proj), form.biases ? gate_up_proj_bias : none, gate_up_adapter.get(),
+                         counts, tags);  // [N, 2I]
   at::Tensor act;
   {
     profile::Scope region("experts glu");
     act = glu_packed(h, form.interleaved, form.glu);  // [N, I]
   }
-  at::Tensor y = project(act, out_major(down_proj), down_adapter.get(), counts, tags);  // [N, H]
-  if (form.biases) y = y + row_bias(down_proj_bias, counts);
-  return y;
+  return project(act, out_major(down_proj), form.biases ? down_proj_bias : none, down_adapter.get(), counts,
+                 tags);  // [N, H]
 }
 
 RouterImpl::RouterImpl(const ModelConfig& c, const TensorPlacement& p, bool hash_routing, bool with_bias)
@@ -226,8 +236,10 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
   const c10::ScalarType dtype = s.dtype_bytes == 8 ? at::kDouble : s.dtype_bytes == 4 ? at::kFloat : at::kBFloat16;
   const bool one_pass = row_gather_kernels_run(experts->gate_up_proj.device(), dtype);
   per_token += K * db * (H + kGluKeptWidths * I + adapters + (one_pass ? 1 : 2) * H);
-  // Trained expert biases: each row's expert index, for both projections.
-  if (experts->form.biases && experts->gate_up_proj_bias.requires_grad()) per_token += K * 2 * 8;
+  // Trained expert biases: where a GPU's grouped GEMM runs they are added after it, and each
+  // row's expert index is kept for both projections (elsewhere the GEMMs start from them).
+  if (experts->form.biases && experts->gate_up_proj_bias.requires_grad() && !experts->gate_up_proj.device().is_cpu())
+    per_token += K * 2 * 8;
   ActivationMemory m;
   if (shared_experts) {
     ActivationMemory shared = shared_experts->activation_memory(s);

@@ -108,9 +108,10 @@ class ExpertsImpl : public torch::nn::Module {
   int64_t out_features(PackedExpert t) const { return t == PackedExpert::kGateUp ? 2 * intermediate() : hidden(); }
   // Expert weights [E, out, in] of a tensor in this form's storage order (a view), and back.
   at::Tensor out_major(const at::Tensor& w) const { return form.in_major ? w.transpose(1, 2) : w; }
-  // x [N, in] grouped by local expert through w [E_local, out, in] (out-major), with the
-  // adapter's update: fused into the GEMMs when it is one low-rank product.
-  at::Tensor project(const at::Tensor& x, const at::Tensor& w, const ExpertAdapter* adapter,
+  // x [N, in] grouped by local expert through w [E_local, out, in] (out-major) plus each
+  // expert's bias [E_local, out] (undefined: none), with the adapter's update: fused into
+  // the GEMMs when it is one low-rank product.
+  at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, const ExpertAdapter* adapter,
                      const std::vector<int64_t>& counts, const at::Tensor& tags) const;
 
   at::Tensor gate_up_proj;       // [E_local, 2I, H], or [E_local, H, 2I] in_major
