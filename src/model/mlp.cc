@@ -5,13 +5,13 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <utility>
 
 #include "core/cpu_clones.h"
+#include "core/cpu_math.h"
 #include "core/error.h"
 
 namespace glint {
@@ -55,28 +55,8 @@ void glu_gradients_aten(const at::Tensor& gate, const at::Tensor& up, const at::
 // ATen runs the formula as one pass over [N, I] per operator (clamps, offset, sigmoid,
 // products; in the backward silu_backward, the masks, the products): about ten passes
 // over tensors of hundreds of MB per layer. Here each element is read once and its
-// results written once, rows spread over ATen's threads. exp is a polynomial of our own
-// (range reduction to [-ln2/2, ln2/2], a degree-6 minimax fit; within 0.94 ulp of exp over
-// every 1000th float of [-87, 88]) so that the loops vectorize.
-
-// e^x for x in float32's range (below -87 as -87: e^x then is 1.6e-38, which
-// 1 / (1 + e^-x) does not see).
-inline float exp_approx(float x) {
-  x = x > -87.f ? x : -87.f;  // NaN too: its product with the gate keeps the NaN
-  x = x < 88.f ? x : 88.f;
-  const float t = x * 1.44269504088896341f;
-  const int32_t k = int32_t(t + (t >= 0 ? 0.5f : -0.5f));  // round(x / ln 2)
-  const float kf = float(k);
-  const float r = (x - kf * 0.693359375f) + kf * 2.12194440e-4f;  // x - k ln2, ln2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.f;
-  return e * std::bit_cast<float>((k + 127) << 23);  // times 2^k
-}
+// results written once, rows spread over ATen's threads (exp: core/cpu_math.h, so that
+// the loops vectorize).
 
 // gate/up element j of row n: base + n row + j col (col 1: halves, 2: interleaved).
 struct GluLayout {

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -249,36 +250,86 @@ TEST(CausalDepthwiseConv1d, MatchesPerPositionLoopAndRestartsAtEverySequence) {
 class CausalDepthwiseConv1dLayouts : public ::testing::TestWithParam<std::vector<std::vector<int64_t>>> {};
 
 TEST_P(CausalDepthwiseConv1dLayouts, GradientsMatchFiniteDifferencesAndDtypeIsKept) {
-  at::manual_seed(7);
-  const int64_t C = 3, W = 3;
-  SequenceLayout layout = layout_of(GetParam());
-  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options).requires_grad_(true);
-  at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options).requires_grad_(true);
-  at::Tensor R = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options);
-  (causal_depthwise_conv1d(x, w, layout) * R).sum().backward();
-  auto loss = [&](const at::Tensor& xs, const at::Tensor& ws) {
-    return (causal_depthwise_conv1d(xs, ws, layout) * R).sum().item<double>();
-  };
-  const double eps = 1e-6;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    at::Tensor p = x.detach().clone(), m = x.detach().clone();
-    p.view(-1)[i] += eps;
-    m.view(-1)[i] -= eps;
-    EXPECT_NEAR(x.grad().view(-1)[i].item<double>(), (loss(p, w.detach()) - loss(m, w.detach())) / (2 * eps), 1e-8);
+  for (bool silu : {false, true}) {
+    SCOPED_TRACE(silu ? "with the SiLU" : "the convolution alone");
+    at::manual_seed(7);
+    const int64_t C = 3, W = 3;
+    SequenceLayout layout = layout_of(GetParam());
+    at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options).requires_grad_(true);
+    at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options).requires_grad_(true);
+    at::Tensor R = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options);
+    (causal_depthwise_conv1d(x, w, layout, silu) * R).sum().backward();
+    auto loss = [&](const at::Tensor& xs, const at::Tensor& ws) {
+      return (causal_depthwise_conv1d(xs, ws, layout, silu) * R).sum().item<double>();
+    };
+    const double eps = 1e-6;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      at::Tensor p = x.detach().clone(), m = x.detach().clone();
+      p.view(-1)[i] += eps;
+      m.view(-1)[i] -= eps;
+      EXPECT_NEAR(x.grad().view(-1)[i].item<double>(), (loss(p, w.detach()) - loss(m, w.detach())) / (2 * eps), 1e-8);
+    }
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      at::Tensor p = w.detach().clone(), m = w.detach().clone();
+      p.view(-1)[i] += eps;
+      m.view(-1)[i] -= eps;
+      EXPECT_NEAR(w.grad().view(-1)[i].item<double>(), (loss(x.detach(), p) - loss(x.detach(), m)) / (2 * eps), 1e-8);
+    }
+    at::Tensor low = causal_depthwise_conv1d(x.detach().to(at::kBFloat16), w.detach(), layout, silu);
+    EXPECT_EQ(low.scalar_type(), at::kBFloat16);
   }
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    at::Tensor p = w.detach().clone(), m = w.detach().clone();
-    p.view(-1)[i] += eps;
-    m.view(-1)[i] -= eps;
-    EXPECT_NEAR(w.grad().view(-1)[i].item<double>(), (loss(x.detach(), p) - loss(x.detach(), m)) / (2 * eps), 1e-8);
-  }
-  at::Tensor low = causal_depthwise_conv1d(x.detach().to(at::kBFloat16), w.detach(), layout);
-  EXPECT_EQ(low.scalar_type(), at::kBFloat16);
 }
 
 INSTANTIATE_TEST_SUITE_P(CausalDepthwiseConv1d, CausalDepthwiseConv1dLayouts,
                          ::testing::Values(std::vector<std::vector<int64_t>>{{0, 0, 0, 1, 1, -1}},
                                            std::vector<std::vector<int64_t>>{{0, 0, 0, 0, 0}, {4, 4, 4, 4, 4}}));
+
+// With the SiLU: the value is silu of the per-span reference; float32 (the one-pass CPU
+// loops) agrees with float64 within float32's rounding, forward and backward; bf16 rounds
+// the convolution before its SiLU, as the layer would; and the kernel's gradient is the
+// same sum whatever the thread count (fixed blocks of rows, added in order).
+TEST(CausalDepthwiseConv1d, WithSiluFloat32AndBf16AndAnyThreadCount) {
+  at::manual_seed(8);
+  const int64_t C = 37, W = 4;
+  // 3 rows of 60 tokens (more than one block of rows), packed with padding.
+  std::vector<int64_t> packed(60, 0), plain(60, 0);
+  for (int64_t t = 0; t < 60; ++t) packed[t] = t < 25 ? 0 : t < 27 ? -1 : t < 50 ? 1 : 2;
+  SequenceLayout layout = layout_of({packed, plain, packed});
+  at::Tensor x = at::randn({layout.rows, layout.seq_len, C}, kDeltaF64Options);
+  at::Tensor w = at::randn({C, 1, W}, kDeltaF64Options) * 0.5;
+  at::Tensor got = causal_depthwise_conv1d(x, w, layout, /*silu=*/true);
+  for (const auto& s : layout.spans) {
+    if (s.padding) continue;
+    at::Tensor want = at::silu(causal_depthwise_conv1d_ref(x[s.row].narrow(0, s.start, s.length), w));
+    EXPECT_LT(delta_max_diff(got[s.row].narrow(0, s.start, s.length), want), 1e-14) << "row " << s.row << " at " << s.start;
+  }
+
+  // float32 against float64: values, and the gradients of x and w.
+  at::Tensor R = at::randn(x.sizes(), kDeltaF64Options);
+  auto grads = [&](c10::ScalarType dtype) {
+    at::Tensor xs = x.to(dtype).detach().requires_grad_(true), ws = w.to(dtype).detach().requires_grad_(true);
+    at::Tensor out = causal_depthwise_conv1d(xs, ws, layout, true);
+    (out * R.to(dtype)).sum().backward();
+    return std::array<at::Tensor, 3>{out.detach().to(at::kDouble), xs.grad().to(at::kDouble), ws.grad().to(at::kDouble)};
+  };
+  const auto f64 = grads(at::kDouble), f32 = grads(at::kFloat);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT(delta_max_diff(f32[i], f64[i]) / f64[i].abs().max().item<double>(), 1e-5) << "output / dx / dw " << i;
+
+  // bf16: the convolution (computed in float32) rounded to bf16, then the SiLU in bf16.
+  at::Tensor xb = x.to(at::kBFloat16);
+  at::Tensor want_b = at::silu(causal_depthwise_conv1d(xb, w.to(at::kBFloat16), layout));
+  EXPECT_TRUE(at::equal(causal_depthwise_conv1d(xb, w.to(at::kBFloat16), layout, true), want_b));
+
+  // One thread and two: the same sums, bit for bit.
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = grads(at::kFloat);
+  at::set_num_threads(2);
+  const auto two = grads(at::kFloat);
+  at::set_num_threads(threads);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << "output / dx / dw " << i;
+}
 
 }  // namespace
 }  // namespace glint

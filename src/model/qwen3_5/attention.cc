@@ -192,7 +192,7 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
 
 at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& ctx) {
   Projected in = project(x);
-  at::Tensor mixed = at::silu(causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout));
+  at::Tensor mixed = causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout, /*silu=*/true);
   RuleInputs r = rule_inputs(mixed, in);
   at::Tensor o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout);  // [B,S,Hv,Dv]
   return output(o, in, x.scalar_type());

@@ -55,22 +55,6 @@ std::vector<at::Tensor> rows_per_block(const at::Tensor& x, const SequenceLayout
   return x.split(1, 0);
 }
 
-// Offset of every token from the start of its sequence, [B,S] int64 on the host; a padding
-// token is a sequence of one (offset 0).
-at::Tensor offsets_in_sequence(const SequenceLayout& layout) {
-  at::Tensor offsets = at::zeros({layout.rows, layout.seq_len}, at::kLong);
-  auto a = offsets.accessor<int64_t, 2>();
-  for (const Span& span : layout.spans) {
-    GLINT_ASSERT(
-        span.row >= 0 && span.row < layout.rows && span.start >= 0 && span.start + span.length <= layout.seq_len,
-        "span row ", span.row, " [", span.start, ", +", span.length, ") outside [", layout.rows, ", ", layout.seq_len,
-        "]");
-    if (span.padding) continue;
-    for (int64_t i = 0; i < span.length; ++i) a[span.row][span.start + i] = i;
-  }
-  return offsets;
-}
-
 // The delta rule of N sequences that each start at position 0 of x and fill it, or are
 // followed by zero padding (k = v = q = 0, g = beta = 0, which touches neither the earlier
 // outputs nor anything read later). Below, the chunks are laid out [K, N H, L, ...], chunk
@@ -377,80 +361,6 @@ double gated_delta_rule_forward_bytes(int64_t seq_len, int64_t Hv, int64_t Dk, i
   return per_token_bytes(seq_len, Hv, Dk, Dv, dtype_bytes, [](double l, double dk, double dv) {
     return (2 * dk + dv + 2) + 2 * (dv + dk) + 3 * l + 3 * dk + 3 * dv + dk * dv / l;
   });
-}
-
-namespace {
-
-// Where lag reaches back inside the token's sequence, for positions [lag, S): [B, S - lag, 1]
-// in `dtype`; undefined for empty offsets (no sequence starts after its row's first position).
-at::Tensor inside_mask(const at::Tensor& offsets, int64_t lag, c10::ScalarType dtype) {
-  if (offsets.numel() == 0) return at::Tensor();
-  return offsets.narrow(1, lag, offsets.size(1) - lag).ge(lag).unsqueeze(-1).to(dtype);
-}
-
-// The convolution with a backward of its own: it keeps x only when the kernel trains, and
-// the masks are remade from the sequence offsets.
-struct CausalConv : torch::autograd::Function<CausalConv> {
-  // x [B,S,C], w [C,W] in the compute type, offsets [B,S] int64 or empty.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            const at::Tensor& offsets) {
-    const int64_t S = x.size(1), W = w.size(1);
-    at::Tensor out = x * w.select(1, W - 1);
-    for (int64_t lag = 1; lag < W && lag < S; ++lag) {
-      at::Tensor earlier = x.narrow(1, 0, S - lag);  // x[b, t - lag] for t in [lag, S)
-      const at::Tensor inside = inside_mask(offsets, lag, x.scalar_type());
-      if (inside.defined()) earlier = earlier * inside;
-      out.narrow(1, lag, S - lag).addcmul_(earlier, w.select(1, W - 1 - lag));
-    }
-    ctx->save_for_backward({w.requires_grad() ? x : at::Tensor(), w, offsets});
-    return out;
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    at::NoGradGuard no_grad;
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &w = saved[1], &offsets = saved[2];
-    const at::Tensor& d_out = grads[0];
-    const int64_t S = d_out.size(1), W = w.size(1);
-    at::Tensor dx = d_out * w.select(1, W - 1);
-    at::Tensor dw;
-    if (x.defined()) {
-      dw = at::zeros_like(w);
-      dw.select(1, W - 1).copy_((d_out * x).sum(at::IntArrayRef{0, 1}));
-    }
-    for (int64_t lag = 1; lag < W && lag < S; ++lag) {
-      at::Tensor reaching = d_out.narrow(1, lag, S - lag);  // the gradients at positions that read back lag
-      const at::Tensor inside = inside_mask(offsets, lag, d_out.scalar_type());
-      if (inside.defined()) reaching = reaching * inside;
-      dx.narrow(1, 0, S - lag).addcmul_(reaching, w.select(1, W - 1 - lag));
-      if (x.defined()) dw.select(1, W - 1 - lag).copy_((reaching * x.narrow(1, 0, S - lag)).sum(at::IntArrayRef{0, 1}));
-    }
-    return {dx, dw, at::Tensor()};
-  }
-};
-
-}  // namespace
-
-at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout) {
-  GLINT_CHECK(x.dim() == 3, "causal_depthwise_conv1d: x must be [B,S,C], got ", x.sizes());
-  const int64_t B = x.size(0), S = x.size(1), C = x.size(2);
-  GLINT_CHECK(weight.dim() == 3 && weight.size(0) == C && weight.size(1) == 1,
-              "causal_depthwise_conv1d: weight must be [", C, ",1,W], got ", weight.sizes());
-  GLINT_CHECK(B == layout.rows && S == layout.seq_len, "causal_depthwise_conv1d: x is [", B, ", ", S,
-              ", ...] but the layout is [", layout.rows, ", ", layout.seq_len, "]");
-  const int64_t W = weight.size(2);
-  profile::Scope region("short conv");
-  const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  // Masks are needed only where a sequence starts after a row's first position (packed
-  // sequences, padding): elsewhere every read back inside the row is inside its sequence.
-  bool one_sequence_a_row = true;
-  for (const Span& span : layout.spans) one_sequence_a_row &= span.start == 0 && !span.padding;
-  const at::Tensor offsets = one_sequence_a_row ? at::empty({0}, x.options().dtype(at::kLong))
-                                                : offsets_in_sequence(layout).to(x.device());
-  // out[b,t] = sum over lags of w[lag] x[b,t-lag] within t's sequence, each lag added in
-  // place into the positions it reaches: no shifted copies of x.
-  return CausalConv::apply(x.to(compute), weight.to(compute).reshape({C, W}), offsets).to(x.scalar_type());
 }
 
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,

@@ -1,7 +1,8 @@
 // The two sequence mixers of a Gated DeltaNet layer (Qwen3.5-MoE, Qwen3-Next), as pure
 // functions of tensors over a packed [B,S] batch: the causal depthwise convolution in front
-// of the recurrence, and the gated delta rule itself in its chunk-wise form. Both are
-// ordinary ATen ops, so they run on any device and autograd differentiates them.
+// of the recurrence (short_conv.cc), and the gated delta rule itself in its chunk-wise form
+// (gated_delta.cc). Both run on any device and are differentiable, each with a backward of
+// its own.
 //
 // Legend: B rows, S positions, Hv value heads, Dk key dim, Dv value dim, C conv channels,
 // W kernel width.
@@ -19,10 +20,12 @@ namespace glint {
 //   out[b,t,c] = sum_{j<W} weight[c,0,j] * x[b, t-(W-1)+j, c],
 // where a position before the start of t's sequence reads as zero, so every sequence is
 // convolved as if it were alone in its row (the layout of nn.Conv1d with padding W-1,
-// output truncated to S). Padding tokens are sequences of one.
+// output truncated to S). Padding tokens are sequences of one. With `silu`, silu(out), as
+// the layer applies it (in x's dtype).
 // x [B,S,C], weight [C,1,W] -> [B,S,C] in x's dtype (accumulated in float32 or wider).
 // REQUIRES: B == layout.rows, S == layout.seq_len.
-at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout);
+at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight, const SequenceLayout& layout,
+                                   bool silu = false);
 
 // The gated delta rule, with the state restarting at zero at every sequence of `layout`.
 // q, k [B,S,Hv,Dk] (already L2-normalised, q already scaled by Dk^-1/2), v [B,S,Hv,Dv],
