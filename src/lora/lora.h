@@ -25,6 +25,11 @@ class LoraLinear : public LinearAdapter {
  public:
   LoraLinear(at::Tensor A, at::Tensor B, double scale, double dropout = 0.0);
   at::Tensor delta(const at::Tensor& x) const override;
+  // Without dropout (or outside training): scale (x Aᵀ) Bᵀ as it is.
+  LowRank low_rank(c10::ScalarType dtype) const override {
+    if (training && dropout > 0) return {};
+    return {A.to(dtype), B.to(dtype), scale};
+  }
   // x Aᵀ, and with dropout the dropped copy of x and its mask.
   double kept_per_row() const override { return double(A.size(0)) + (dropout > 0 ? 2.0 * double(A.size(1)) : 0.0); }
   at::Tensor A;  // [r, in]

@@ -12,12 +12,23 @@
 
 namespace glint {
 
+// An update that is one low-rank product for every row: delta(x) = scale (x Aᵀ) Bᵀ, with
+// A [r, in] and B [out, r] (an expert adapter's: [E, r, in] and [E, out, r]), for the
+// projection to fuse into its own GEMMs (core/grouped_linear.h). Undefined A: the update is
+// not of this form (rows pick their adapter by tag, dropout is active).
+struct LowRank {
+  at::Tensor A, B;
+  double scale = 1;
+};
+
 // Adds a low-rank update to a linear projection: y = x W^T (+ b) + delta(x).
 class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   // x: [..., in]  ->  [..., out]
   virtual at::Tensor delta(const at::Tensor& x) const = 0;
+  // The update as one low-rank product, A and B in `dtype`, where it is one (see LowRank).
+  virtual LowRank low_rank(c10::ScalarType) const { return {}; }
   // Elements it keeps for backward per row of x beyond x itself (x Aᵀ: its rank).
   virtual double kept_per_row() const = 0;
 };
@@ -32,13 +43,8 @@ class ExpertAdapter {
   // tags: [N] int64 tag of each row's token (see TokenTags), or undefined.
   virtual at::Tensor delta(const at::Tensor& x, const std::vector<int64_t>& counts,
                            const at::Tensor& tags) const = 0;
-  // When the update is one low-rank product for every row, delta_e(x) = scale (x A_eᵀ) B_eᵀ:
-  // A [E, r, in] and B [E, out, r] in `dtype`, for the experts to fuse into their own
-  // GEMMs (model/grouped_linear.h). Undefined otherwise (rows pick their adapter by tag).
-  struct LowRank {
-    at::Tensor A, B;
-    double scale = 1;
-  };
+  // The update per expert as one low-rank product, delta_e(x) = scale (x A_eᵀ) B_eᵀ, A and B
+  // in `dtype`, where it is one (see LowRank).
   virtual LowRank low_rank(c10::ScalarType) const { return {}; }
   // Elements it keeps for backward per routed row beyond x itself (x A_eᵀ: its rank).
   virtual double kept_per_row() const = 0;

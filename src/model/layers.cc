@@ -8,6 +8,8 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/grouped_linear.h"
+#include "model/rms_norm.h"
 #include "model/block_attention.h"
 
 namespace glint {
@@ -24,9 +26,22 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias, const TensorPlace
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(x, weight, bias);
-  if (adapter) y = y + adapter->delta(x);
-  return y;
+  if (adapter) {
+    // A plain LoRA runs on the base GEMM's output in place (its two thin GEMMs, the base's
+    // bias as the GEMM's start), and its backward adds into the base's dx: no [.., out]
+    // update made, scaled and added, and no second dx to add.
+    const LowRank lora = adapter->low_rank(x.scalar_type());
+    if (lora.A.defined() && weight.scalar_type() == x.scalar_type()) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      const at::Tensor rows = x.reshape({-1, shape.back()});
+      shape.back() = weight.size(0);
+      return grouped_linear(rows, weight.unsqueeze(0), {rows.size(0)}, lora.A.unsqueeze(0), lora.B.unsqueeze(0),
+                            lora.scale, bias.defined() ? bias.unsqueeze(0) : at::Tensor())
+          .view(shape);
+    }
+    return at::linear(x, weight, bias) + adapter->delta(x);
+  }
+  return at::linear(x, weight, bias);
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const TensorPlacement& p, bool offset)
@@ -35,22 +50,22 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const TensorPlacement& p, boo
   weight = register_parameter("weight", offset ? at::zeros({dim}, opts) : at::ones({dim}, opts));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  // Compute in float32 (or wider), multiply by the weight in the input dtype.
-  auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor xf = x.to(compute);
-  at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
-  // (1 + w) scales in float32 before the cast, as transformers' Qwen3.5 norm does.
-  if (unit_offset) return (xf * at::rsqrt(var + eps) * (1.0 + weight.to(compute))).to(x.scalar_type());
-  at::Tensor normed = (xf * at::rsqrt(var + eps)).to(x.scalar_type());
-  return weight * normed;
+at::Tensor RMSNormImpl::forward(const at::Tensor& x, const at::Tensor& gate) {
+  return rms_norm(x, weight, eps, unit_offset, gate);
+}
+
+bool RMSNormImpl::one_pass(int64_t dtype_bytes) const {
+  return rms_norm_kernel_runs(weight.device(), dtype_bytes == 8 ? at::kDouble : dtype_bytes == 4 ? at::kFloat
+                                                                                                  : at::kBFloat16);
 }
 
 double RMSNormImpl::kept_bytes(int64_t dtype_bytes) const {
-  // The input widened to the compute type (the input itself when it is that type), the
-  // normalized vector in the compute type and its reciprocal norm; with a trained weight,
-  // the normalized vector in the input's type too.
   const double dim = double(weight.size(0)), compute = dtype_bytes == 8 ? 8 : 4;
+  // One pass: the input (and the gate) and the reciprocal norm.
+  if (one_pass(dtype_bytes)) return compute;
+  // ATen's operators: the input widened to the compute type (the input itself when it is
+  // that type), the normalized vector in the compute type and its reciprocal norm; with a
+  // trained weight, the normalized vector in the input's type too.
   double kept = dim * compute + compute;
   if (dtype_bytes != compute) kept += dim * compute;
   if (weight.requires_grad()) kept += dim * double(dtype_bytes);

@@ -76,10 +76,14 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   // unit_offset: the scale is (1 + weight), the weight stored around zero (Qwen3.5).
   RMSNormImpl(int64_t dim, double eps, const TensorPlacement& place, bool unit_offset = false);
-  // Normalizes over the last dim in float32, returns the input's dtype.
-  at::Tensor forward(const at::Tensor& x);
+  // Normalizes over the last dim in float32, returns the input's dtype; with `gate`, times
+  // silu(gate) (model/rms_norm.h).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& gate = at::Tensor());
+  // Whether it runs as one pass each way for inputs of dtype_bytes (model/rms_norm.h).
+  bool one_pass(int64_t dtype_bytes) const;
   // Bytes it keeps for backward per normalized vector of an input of dtype_bytes that
-  // needs a gradient, beyond the input itself (measured: tests/model/activation_memory_test.cc).
+  // needs a gradient, beyond the input itself and the gate (measured:
+  // tests/model/activation_memory_test.cc).
   double kept_bytes(int64_t dtype_bytes) const;
 
   at::Tensor weight;  // [dim]

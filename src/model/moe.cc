@@ -94,8 +94,7 @@ at::Tensor ExpertsImpl::project(const at::Tensor& x, const at::Tensor& w, const 
   // LoRA's two thin ones run on each group's rows of one output (grouped_linear). A tenant
   // bank's update picks rows by tag: added after.
   const bool one_kernel = compat::grouped_mm_available(x, w);
-  const ExpertAdapter::LowRank lora =
-      adapter && !one_kernel ? adapter->low_rank(x.scalar_type()) : ExpertAdapter::LowRank{};
+  const LowRank lora = adapter && !one_kernel ? adapter->low_rank(x.scalar_type()) : LowRank{};
   const bool fold = !one_kernel && bias.defined() && bias.scalar_type() == x.scalar_type();
   at::Tensor y;
   if (!one_kernel && (!adapter || lora.A.defined())) {

@@ -150,8 +150,7 @@ GatedDeltaNetImpl::RuleInputs GatedDeltaNetImpl::rule_inputs(const at::Tensor& m
 
 at::Tensor GatedDeltaNetImpl::output(const at::Tensor& o, const Projected& in, c10::ScalarType dtype) {
   const int64_t B = o.size(0), S = o.size(1);
-  auto compute = dtype == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor gated = (norm->forward(o).to(compute) * at::silu(in.z.to(compute))).to(dtype);
+  at::Tensor gated = norm->forward(o.to(dtype), in.z.to(dtype));
   return out_proj->forward(gated.reshape({B, S, value_heads * value_dim}));
 }
 
@@ -176,9 +175,10 @@ ActivationMemory GatedDeltaNetImpl::activation_memory(const ActivationShape& s) 
   // a trained kernel its input (the projected channels).
   per_token += 8 + (conv1d->weight.requires_grad() ? cb * C : 0);
   per_token += gated_delta_rule_kept_bytes(s.seq_len, value_heads, key_dim, value_dim, s.dtype_bytes);
-  // The output gate: the rule's output (kept by the norm) and the norm's tensors, z and
-  // silu(z), the normalized output, and the gated product where out_proj keeps it.
-  per_token += db * Hv * Dv * 4 + Hv * norm->kept_bytes(s.dtype_bytes);
+  // The output gate: the rule's output and z (kept by the norm), the norm's tensors, and on
+  // ATen's operators silu(z) and the normalized output; the gated product where out_proj
+  // keeps it.
+  per_token += db * Hv * Dv * (norm->one_pass(s.dtype_bytes) ? 2 : 4) + Hv * norm->kept_bytes(s.dtype_bytes);
   if (out_proj->keeps_input()) per_token += db * Hv * Dv;
   ActivationMemory m;
   m.saved = T * per_token;
