@@ -207,18 +207,20 @@ TEST(Everyday, MicroBatchIsChosenFromTheMemoryBudget) {
   TrainOptions o = everyday_options("budget_big");
   o.memory.budget = "64G";
   EXPECT_EQ(Trainer(o).micro_batch_size(), 8);
-  CausalLM model(tiny_moe_config(ReverseDigitsTask::kVocabSize), TensorPlacement{});
+  // The estimate for the trainer's model in its dtype (float64), without its adapters.
+  CausalLM model(tiny_moe_config(ReverseDigitsTask::kVocabSize), TensorPlacement{c10::kDouble});
   MemoryInputs in;
   in.seq_len = 512;
+  in.dtype_bytes = 8;
   in.rows = 1;
   double one = estimate_memory(*model, in).total_mb();
   in.rows = 8;
   double eight = estimate_memory(*model, in).total_mb();
   EXPECT_GT(eight, one);
-  // A budget between the two: fewer rows than the share.
+  // A budget halfway between the two: fewer rows than the share, and at least one.
   TrainOptions tight = everyday_options("budget_tight");
   tight.data.seq_len = 512;
-  tight.memory.budget = std::to_string(int64_t(std::ceil(one + (eight - one) / 4))) + "M";
+  tight.memory.budget = std::to_string(int64_t(std::ceil(one + (eight - one) / 2))) + "M";
   Trainer t(tight);
   EXPECT_LT(t.micro_batch_size(), 8);
   EXPECT_GE(t.micro_batch_size(), 1);
