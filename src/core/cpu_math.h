@@ -2,9 +2,9 @@
 // exp keeps a loop scalar, a polynomial does not.
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace glint {
 
@@ -26,7 +26,10 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float e = p * r * r + r + 1.f;
-  return e * std::bit_cast<float>((k + 127) << 23);  // times 2^k
+  const int32_t bits = (k + 127) << 23;  // 2^k as a float's bits (C++17: no std::bit_cast)
+  float two_k;
+  std::memcpy(&two_k, &bits, sizeof two_k);
+  return e * two_k;
 }
 
 // float64 loops are for checks, not speed: libm's exp.
