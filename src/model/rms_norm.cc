@@ -16,6 +16,7 @@
 #include "core/cpu_clones.h"
 #include "core/cpu_math.h"
 #include "core/error.h"
+#include "core/fixed_blocks.h"
 
 namespace glint {
 namespace {
@@ -60,11 +61,11 @@ GLINT_CPU_CLONES T norm_row(const T* x, const T* w, T offset, const T* z, int64_
 
 // One vector's gradients from dy: dz (z not null), dx, and its share of dw (dw not null).
 // With n = x r s: dn = dy silu(z), dz = dy n silu'(z); g = dn s, dx = r (g - x̂ (g·x̂) / D)
-// with x̂ = x r; dw += dn x̂.
+// with x̂ = x r; dw += dn x̂. A gated dn is formed in dx, which is then overwritten in place.
 template <typename T>
 GLINT_CPU_CLONES void norm_grad_row(const T* dy, const T* x, T r, const T* w, T offset, const T* z, int64_t D, T* dx,
-                                    T* dz, T* dw, T* dn_buffer) {
-  T* dn = dn_buffer;
+                                    T* dz, T* dw) {
+  const T* dn = dy;
   if (z) {
 #ifdef _OPENMP
 #pragma omp simd
@@ -72,11 +73,16 @@ GLINT_CPU_CLONES void norm_grad_row(const T* dy, const T* x, T r, const T* w, T 
     for (int64_t d = 0; d < D; ++d) {
       const T s = T(1) / (T(1) + exp_approx(-z[d]));
       const T n = x[d] * r * (w[d] + offset);
-      dn[d] = dy[d] * z[d] * s;
+      dx[d] = dy[d] * z[d] * s;
       dz[d] = dy[d] * n * s * (T(1) + z[d] * (T(1) - s));
     }
-  } else {
-    dn = const_cast<T*>(dy);
+    dn = dx;
+  }
+  if (dw) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int64_t d = 0; d < D; ++d) dw[d] += dn[d] * x[d] * r;
   }
   T dot = 0;
 #ifdef _OPENMP
@@ -88,14 +94,7 @@ GLINT_CPU_CLONES void norm_grad_row(const T* dy, const T* x, T r, const T* w, T 
 #pragma omp simd
 #endif
   for (int64_t d = 0; d < D; ++d) dx[d] = r * (dn[d] * (w[d] + offset) - x[d] * r * mean);
-  if (!dw) return;
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-  for (int64_t d = 0; d < D; ++d) dw[d] += dn[d] * x[d] * r;
 }
-
-constexpr int64_t kVectorsPerBlock = 64;  // dw's blocks: fixed, so its sums do not depend on threads
 
 int64_t grain(int64_t D) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(1, D)); }
 
@@ -140,26 +139,13 @@ void norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x, const std::vec
                        const at::Tensor& w, T offset, const at::Tensor& z, const std::vector<int64_t>& zs,
                        at::Tensor& dx, at::Tensor& dz, at::Tensor& dw) {
   const int64_t D = x.size(-1), N = int64_t(xs.size());
-  const int64_t blocks = (N + kVectorsPerBlock - 1) / kVectorsPerBlock;
   const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>(), *rp = r.data_ptr<T>(), *wp = w.data_ptr<T>(),
           *zp = z.defined() ? z.data_ptr<T>() : nullptr;
   T *dxp = dx.data_ptr<T>(), *dzp = dz.defined() ? dz.data_ptr<T>() : nullptr;
-  std::vector<T> parts(dw.defined() ? size_t(blocks * D) : 0, T(0));
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> dn(zp ? size_t(D) : 0);
-    for (int64_t b = begin; b < end; ++b) {
-      T* part = dw.defined() ? parts.data() + b * D : nullptr;
-      for (int64_t n = b * kVectorsPerBlock; n < std::min(N, (b + 1) * kVectorsPerBlock); ++n)
-        norm_grad_row<T>(dyp + n * D, xp + xs[size_t(n)], rp[n], wp, offset, zp ? zp + zs[size_t(n)] : nullptr, D,
-                         dxp + n * D,
-                         dzp ? dzp + n * D : nullptr, part, dn.data());
-    }
+  rows_in_fixed_blocks<T>(N, D, dw.defined() ? dw.data_ptr<T>() : nullptr, [&](int64_t n, T* part) {
+    norm_grad_row<T>(dyp + n * D, xp + xs[size_t(n)], rp[n], wp, offset, zp ? zp + zs[size_t(n)] : nullptr, D,
+                     dxp + n * D, dzp ? dzp + n * D : nullptr, part);
   });
-  if (!dw.defined()) return;
-  T* dwp = dw.data_ptr<T>();
-  std::fill(dwp, dwp + D, T(0));
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t d = 0; d < D; ++d) dwp[d] += parts[size_t(b * D + d)];
 }
 
 struct RmsNormCpu : torch::autograd::Function<RmsNormCpu> {

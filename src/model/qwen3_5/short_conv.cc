@@ -18,6 +18,7 @@
 #include "core/cpu_clones.h"
 #include "core/cpu_math.h"
 #include "core/error.h"
+#include "core/fixed_blocks.h"
 #include "core/op_profile.h"
 #include "model/qwen3_5/gated_delta.h"
 
@@ -176,8 +177,6 @@ GLINT_CPU_CLONES void conv_grad_row(const T* dy, const T* x, const T* wt, int64_
   }
 }
 
-constexpr int64_t kRowsPerBlock = 64;  // dw's blocks: fixed, so its sums do not depend on threads
-
 template <typename T>
 void conv_forward_cpu(const T* x, const ConvShape<T>& s, T* y, T* o) {
   const int64_t N = s.B * s.S, C = s.C;
@@ -190,22 +189,10 @@ void conv_forward_cpu(const T* x, const ConvShape<T>& s, T* y, T* o) {
 // dy [N, C] (the gradient before the SiLU) -> dx [N, C], and dw [W, C] where x is not null.
 template <typename T>
 void conv_backward_cpu(const T* dy, const T* x, const ConvShape<T>& s, T* dx, T* dw) {
-  const int64_t N = s.B * s.S, C = s.C, W = s.W;
-  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  std::vector<T> parts(x ? size_t(blocks * W * C) : 0, T(0));
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      T* part = x ? parts.data() + b * W * C : nullptr;
-      for (int64_t n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); ++n)
-        conv_grad_row<T>(dy + n * C, x ? x + n * C : nullptr, s.wt, C, W, n, s, dx + n * C, part);
-    }
+  const int64_t C = s.C, W = s.W;
+  rows_in_fixed_blocks<T>(s.B * s.S, W * C, x ? dw : nullptr, [&](int64_t n, T* part) {
+    conv_grad_row<T>(dy + n * C, x ? x + n * C : nullptr, s.wt, C, W, n, s, dx + n * C, part);
   });
-  if (!x) return;
-  std::fill(dw, dw + W * C, T(0));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const T* part = parts.data() + b * W * C;
-    for (int64_t i = 0; i < W * C; ++i) dw[i] += part[i];
-  }
 }
 
 template <typename T>
