@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/cpu_clones.h"
+#include "core/cpu_kernels.h"
 #include "core/error.h"
 
 namespace glint {
@@ -18,7 +19,7 @@ bool on_cpu_kernels(std::initializer_list<at::Tensor> ts) {
   const at::Tensor& first = *ts.begin();
   for (const at::Tensor& x : ts)
     if (x.device() != first.device() || x.scalar_type() != first.scalar_type()) return false;
-  return row_gather_kernels_run(first.device(), first.scalar_type());
+  return cpu_kernels_run(first.device(), first.scalar_type());
 }
 
 // Rows per task: about 64 KiB of a row's values each.
@@ -138,10 +139,6 @@ struct WeightedRowSum : torch::autograd::Function<WeightedRowSum> {
 };
 
 }  // namespace
-
-bool row_gather_kernels_run(c10::Device device, c10::ScalarType dtype) {
-  return device.is_cpu() && (dtype == at::kFloat || dtype == at::kDouble);
-}
 
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& index, const at::Tensor& readers) {
   GLINT_ASSERT(x.dim() == 2 && readers.dim() == 2 && readers.size(0) == x.size(0), "gather_rows: x ", x.sizes(),

@@ -10,16 +10,13 @@
 // threads, and so does its backward: every output row is written by one thread, so
 // there is no scatter-add (ATen's index_add_ adds row after row on one thread), no
 // zero-filled [M, H] to add into, and the order of each sum is fixed (the readers'
-// order). Elsewhere (CUDA, other dtypes) they are ATen's index_select / index_add.
+// order). Elsewhere (core/cpu_kernels.h) they are ATen's index_select / index_add, which
+// keep more for backward: the weighted copy of the rows.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace glint {
-
-// Whether the one-pass CPU kernels run for tensors of this device and dtype (else ATen's
-// operators, which keep more for backward: the weighted copy of the rows).
-bool row_gather_kernels_run(c10::Device device, c10::ScalarType dtype);
 
 // x [M, H] -> x[index] [N, H]. Differentiable in x: its gradient sums, for each source
 // row, the gradients of its R readers.

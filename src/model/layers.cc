@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/compat.h"
+#include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "core/grouped_linear.h"
 #include "model/rms_norm.h"
@@ -55,7 +56,7 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x, const at::Tensor& gate) {
 }
 
 bool RMSNormImpl::one_pass(int64_t dtype_bytes) const {
-  return rms_norm_kernel_runs(weight.device(), dtype_bytes == 8 ? at::kDouble : dtype_bytes == 4 ? at::kFloat
+  return cpu_kernels_run(weight.device(), dtype_bytes == 8 ? at::kDouble : dtype_bytes == 4 ? at::kFloat
                                                                                                   : at::kBFloat16);
 }
 

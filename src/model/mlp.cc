@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/cpu_clones.h"
+#include "core/cpu_kernels.h"
 #include "core/cpu_math.h"
 #include "core/error.h"
 
@@ -138,7 +139,7 @@ void glu_backward_cpu(const float* gate, const float* up, const float* d_out, fl
 // The kernels' layout of gate and up (views of one tensor, or two alike), where they
 // apply: float32 on the CPU, rows whose elements sit `col` apart and rows `row` apart.
 std::optional<GluLayout> cpu_layout(const at::Tensor& gate, const at::Tensor& up) {
-  if (!gate.device().is_cpu() || gate.scalar_type() != at::kFloat || up.scalar_type() != at::kFloat ||
+  if (!cpu_kernels_run(gate.device(), gate.scalar_type()) || gate.scalar_type() != at::kFloat || up.scalar_type() != at::kFloat ||
       !up.device().is_cpu() || gate.sizes() != up.sizes() || gate.dim() < 1 || gate.numel() == 0)
     return std::nullopt;
   const int64_t I = gate.size(-1), N = gate.numel() / I;

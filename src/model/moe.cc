@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/compat.h"
+#include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "core/grouped_linear.h"
 #include "core/op_profile.h"
@@ -233,7 +234,7 @@ ActivationMemory MoeBlockImpl::activation_memory(const ActivationShape& s) const
   const double adapters = (experts->gate_up_adapter ? experts->gate_up_adapter->kept_per_row() : 0) +
                           (experts->down_adapter ? experts->down_adapter->kept_per_row() : 0);
   const c10::ScalarType dtype = s.dtype_bytes == 8 ? at::kDouble : s.dtype_bytes == 4 ? at::kFloat : at::kBFloat16;
-  const bool one_pass = row_gather_kernels_run(experts->gate_up_proj.device(), dtype);
+  const bool one_pass = cpu_kernels_run(experts->gate_up_proj.device(), dtype);
   per_token += K * db * (H + kGluKeptWidths * I + adapters + (one_pass ? 1 : 2) * H);
   // Trained expert biases: where a GPU's grouped GEMM runs they are added after it, and each
   // row's expert index is kept for both projections (elsewhere the GEMMs start from them).

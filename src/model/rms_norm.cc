@@ -15,6 +15,7 @@
 
 #include "core/cpu_clones.h"
 #include "core/cpu_math.h"
+#include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "core/fixed_blocks.h"
 
@@ -188,16 +189,12 @@ struct RmsNormCpu : torch::autograd::Function<RmsNormCpu> {
 
 }  // namespace
 
-bool rms_norm_kernel_runs(c10::Device device, c10::ScalarType dtype) {
-  return device.is_cpu() && (dtype == at::kFloat || dtype == at::kDouble);
-}
-
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool unit_offset,
                     const at::Tensor& gate) {
   GLINT_CHECK(x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0), "rms_norm: x ", x.sizes(),
               " and weight ", weight.sizes(), " do not match");
   GLINT_CHECK(!gate.defined() || gate.sizes() == x.sizes(), "rms_norm: gate ", gate.sizes(), " for x ", x.sizes());
-  const bool kernel = rms_norm_kernel_runs(x.device(), x.scalar_type()) && weight.device().is_cpu() &&
+  const bool kernel = cpu_kernels_run(x.device(), x.scalar_type()) && weight.device().is_cpu() &&
                       weight.scalar_type() == x.scalar_type() &&
                       (!gate.defined() || (gate.device().is_cpu() && gate.scalar_type() == x.scalar_type()));
   if (!kernel) return rms_norm_aten(x, weight, eps, unit_offset, gate);

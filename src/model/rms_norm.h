@@ -13,13 +13,10 @@ namespace glint {
 // for float64 inputs) and returned in x's dtype; s multiplies after the cast to x's dtype
 // for the plain form (transformers' Qwen3 order) and before it with unit_offset, and the
 // gate's product is taken in the compute type. x [..., D], weight [D].
+// On the CPU in float32/float64 (core/cpu_kernels.h) it runs as one pass each way and keeps
+// x (and the gate) and one reciprocal norm per vector; ATen's operators keep the normalized
+// vector in the compute type too, and the gate's SiLU and the normalized product.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool unit_offset,
                     const at::Tensor& gate = at::Tensor());
-
-// Whether rms_norm runs as one pass each way (the CPU, float32/float64 inputs of the
-// weight's dtype). It then keeps x (and the gate) and one reciprocal norm per vector;
-// ATen's operators keep the normalized vector in the compute type too, and the gate's
-// SiLU and the normalized product.
-bool rms_norm_kernel_runs(c10::Device device, c10::ScalarType dtype);
 
 }  // namespace glint

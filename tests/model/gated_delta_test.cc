@@ -12,8 +12,11 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <tuple>
 #include <vector>
 
+#include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "model/layers.h"
 #include "reference_gated_delta.h"
@@ -148,23 +151,43 @@ TEST(GatedDeltaRule, Float32AndBFloat16ReturnTheirDtypeAndStayClose) {
   EXPECT_LT(delta_max_diff(low[0], want), 0.1);
 }
 
+// The model's form of the inputs, normalised by hand: q, k [B,S,Hk,Dk] divided by
+// sqrt(|x|^2 + 1e-6), q by sqrt(Dk) too, each key head repeated for the H / Hk value heads
+// that read it.
+Inputs normalized_by_hand(const Inputs& raw, int64_t H) {
+  auto unit = [](const at::Tensor& x) { return x / at::sqrt((x * x).sum(-1, true) + 1e-6); };
+  const int64_t r = H / raw.q.size(2);
+  return {unit(raw.q).div(std::sqrt(double(raw.q.size(3)))).repeat_interleave(r, 2),
+          unit(raw.k).repeat_interleave(r, 2), raw.v, raw.g, raw.beta};
+}
+
 // d/dx of sum(o * R) for every entry of every input, autograd on the chunked rule against
 // central differences of the reference, on two packed sequences that cross chunk borders.
-// Chunk 3 runs the first sequence as two chunks; chunk 2 as three, so gradients flow back
-// through states that cross more than one chunk.
-class GatedDeltaRuleChunks : public ::testing::TestWithParam<int64_t> {};
+// Chunk 3 runs the first sequence as two chunks and the second as a batch of its own; chunk
+// 2 as three, so gradients flow back through states that cross more than one chunk. Each
+// on the CPU kernels' packing and on ATen's, and with raw q, k of one key head for two
+// value heads that the rule normalises.
+class GatedDeltaRuleChunks : public ::testing::TestWithParam<std::tuple<int64_t, bool, bool>> {};
 
 TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
+  const auto [chunk, aten, grouped] = GetParam();
+  std::optional<AtenOperatorsOnly> aten_only;
+  if (aten) aten_only.emplace();
   at::manual_seed(4);
   const int64_t H = 2, Dk = 3, Dv = 2;
   SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, -1, 1, 1}});
   Inputs in = random_inputs(1, layout.seq_len, H, Dk, Dv);
+  if (grouped) {  // raw q, k of one key head
+    in.q = at::randn({1, layout.seq_len, 1, Dk}, kDeltaF64Options);
+    in.k = at::randn({1, layout.seq_len, 1, Dk}, kDeltaF64Options);
+  }
   at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kDeltaF64Options);
   std::vector<at::Tensor*> leaves = {&in.q, &in.k, &in.v, &in.g, &in.beta};
   for (at::Tensor* t : leaves) t->requires_grad_(true);
-  (run(in, layout, GetParam()) * R).sum().backward();
+  (gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout, chunk, nullptr, grouped) * R).sum().backward();
 
-  auto loss_ref = [&](const Inputs& x) {
+  auto loss_ref = [&](const Inputs& raw) {
+    const Inputs x = grouped ? normalized_by_hand(raw, H) : raw;
     double sum = 0;
     for (const auto& s : layout.spans)
       if (!s.padding)
@@ -192,7 +215,60 @@ TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GatedDeltaRule, GatedDeltaRuleChunks, ::testing::Values(3, 2));
+INSTANTIATE_TEST_SUITE_P(GatedDeltaRule, GatedDeltaRuleChunks,
+                         ::testing::Combine(::testing::Values(3, 2), ::testing::Bool(), ::testing::Bool()));
+
+// Packed rows of several sequences and padding, raw q, k of 2 key heads for 6 value heads,
+// float64 and float32: the kernels' packing and ATen's against the reference, and each
+// other; and every row's final state against the reference's after its last sequence.
+TEST(GatedDeltaRule, NormalizedGroupedHeadsOnBothPathsMatchTheReference) {
+  at::manual_seed(12);
+  const int64_t Hk = 2, H = 6, Dk = 5, Dv = 3;
+  SequenceLayout layout = layout_of({{0, 0, 0, 0, 0, 0, 0, 1, 1, 1, -1, -1}, {4, 4, 4, 4, 4, 4, 4, 4, 4, -1, 6, 6},
+                                     {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}});
+  Inputs raw = random_inputs(layout.rows, layout.seq_len, H, Dk, Dv);
+  raw.q = at::randn({layout.rows, layout.seq_len, Hk, Dk}, kDeltaF64Options) * 3;
+  raw.k = at::randn({layout.rows, layout.seq_len, Hk, Dk}, kDeltaF64Options);
+  const Inputs by_hand = normalized_by_hand(raw, H);
+  at::Tensor outs[2], states[2];
+  for (int path = 0; path < 2; ++path) {
+    std::optional<AtenOperatorsOnly> aten_only;
+    if (path == 1) aten_only.emplace();
+    outs[path] = gated_delta_rule(raw.q, raw.k, raw.v, raw.g, raw.beta, layout, 4, &states[path], true);
+    SCOPED_TRACE(path == 0 ? "kernels" : "ATen");
+    expect_matches_reference(by_hand, layout, outs[path], 1e-10);
+    for (const auto& s : layout.spans)
+      if (s.padding) EXPECT_EQ(outs[path][s.row].narrow(0, s.start, s.length).abs().max().item<double>(), 0.0);
+    EXPECT_EQ(states[path].sizes(), (std::vector<int64_t>{layout.rows, H, Dk, Dv}));
+    EXPECT_EQ(states[path][2].abs().max().item<double>(), 0.0);  // a row of padding only
+    const at::Tensor f32 = gated_delta_rule(raw.q.to(at::kFloat), raw.k.to(at::kFloat), raw.v.to(at::kFloat),
+                                            raw.g.to(at::kFloat), raw.beta.to(at::kFloat), layout, 4, nullptr, true);
+    EXPECT_EQ(f32.scalar_type(), at::kFloat);
+    EXPECT_LT(delta_max_diff(f32, outs[path]), 1e-5);
+  }
+  EXPECT_LT(delta_max_diff(outs[0], outs[1]), 1e-12);
+  EXPECT_LT(delta_max_diff(states[0], states[1]), 1e-12);
+  // The final state after sequence 1 of row 0 (positions 7..9) and sequence 6 of row 1:
+  // o = St^T q for a query q after the last token is the rule run one token further with
+  // k = v = 0 and g = 0, beta = 0, i.e. St^T q; read through the reference by appending such
+  // a token.
+  auto state_times = [&](int64_t row, int64_t start, int64_t length, const at::Tensor& query) {
+    auto cut = [&](const at::Tensor& t) { return t[row].narrow(0, start, length); };
+    const at::Tensor q = at::cat({cut(by_hand.q), query.unsqueeze(0)}, 0);
+    const at::Tensor k = at::cat({cut(by_hand.k), at::zeros({1, H, Dk}, kDeltaF64Options)}, 0);
+    const at::Tensor v = at::cat({cut(by_hand.v), at::zeros({1, H, Dv}, kDeltaF64Options)}, 0);
+    const at::Tensor g = at::cat({cut(by_hand.g), at::zeros({1, H}, kDeltaF64Options)}, 0);
+    const at::Tensor beta = at::cat({cut(by_hand.beta), at::zeros({1, H}, kDeltaF64Options)}, 0);
+    return gated_delta_rule_ref(q, k, v, g, beta)[length];  // [H, Dv]
+  };
+  const at::Tensor query = at::randn({H, Dk}, kDeltaF64Options);
+  const int64_t last_of_row[2][2] = {{7, 3}, {10, 2}};
+  for (int64_t row = 0; row < 2; ++row) {
+    const at::Tensor want = state_times(row, last_of_row[row][0], last_of_row[row][1], query);
+    const at::Tensor got = (states[0][row] * query.unsqueeze(-1)).sum(1);  // St^T q per head
+    EXPECT_LT(delta_max_diff(got, want), 1e-10) << "row " << row;
+  }
+}
 
 TEST(GatedDeltaRule, NoGradientCrossesASequenceStart) {
   at::manual_seed(5);

@@ -128,24 +128,11 @@ GatedDeltaNetImpl::Projected GatedDeltaNetImpl::project(const at::Tensor& x) {
 GatedDeltaNetImpl::RuleInputs GatedDeltaNetImpl::rule_inputs(const at::Tensor& mixed, const Projected& in) {
   const int64_t B = mixed.size(0), S = mixed.size(1), Hk = key_heads, Hv = value_heads, Dk = key_dim,
                 Dv = value_dim;
-  const int64_t r = Hv / Hk;
   std::vector<at::Tensor> qkv = mixed.split_with_sizes({Hk * Dk, Hk * Dk, Hv * Dv}, -1);
   auto compute = mixed.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  // L2 normalisation with the eps inside the root, added to the sum of squares.
-  auto l2 = [&](const at::Tensor& t) {
-    at::Tensor tf = t.to(compute);
-    return tf * at::rsqrt(tf.pow(2).sum(-1, /*keepdim=*/true) + 1e-6);
-  };
-  at::Tensor q = l2(qkv[0].view({B, S, Hk, Dk})) * (1.0 / std::sqrt(double(Dk)));
-  at::Tensor k = l2(qkv[1].view({B, S, Hk, Dk}));
-  if (r > 1) {
-    q = q.repeat_interleave(r, 2);
-    k = k.repeat_interleave(r, 2);
-  }
-  at::Tensor v = qkv[2].view({B, S, Hv, Dv});
   at::Tensor beta = at::sigmoid(in.b.to(compute));                                                // [B,S,Hv]
   at::Tensor g = -at::exp(A_log.to(compute)) * at::softplus(in.a.to(compute) + dt_bias.to(compute));
-  return {q.to(v.scalar_type()), k.to(v.scalar_type()), v, g, beta};
+  return {qkv[0].view({B, S, Hk, Dk}), qkv[1].view({B, S, Hk, Dk}), qkv[2].view({B, S, Hv, Dv}), g, beta};
 }
 
 at::Tensor GatedDeltaNetImpl::output(const at::Tensor& o, const Projected& in, c10::ScalarType dtype) {
@@ -194,7 +181,7 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x, const LayerContext& c
   Projected in = project(x);
   at::Tensor mixed = causal_depthwise_conv1d(in.qkv, conv1d->weight, ctx.layout, /*silu=*/true);
   RuleInputs r = rule_inputs(mixed, in);
-  at::Tensor o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout);  // [B,S,Hv,Dv]
+  at::Tensor o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout, 64, nullptr, /*normalize_qk=*/true);
   return output(o, in, x.scalar_type());
 }
 
@@ -234,10 +221,11 @@ at::Tensor GatedDeltaNetImpl::forward_cached(const at::Tensor& x, const LayerCon
   RuleInputs r = rule_inputs(mixed, in);
   at::Tensor o;  // [B,S,Hv,Dv]
   if (cache.prefill()) {  // whole prompts: the chunked rule, which also returns where each row ends
-    o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout, 64, &st.state);
+    o = gated_delta_rule(r.q, r.k, r.v, r.g, r.beta, ctx.layout, 64, &st.state, /*normalize_qk=*/true);
   } else {  // token by token: St <- e^g St; delta = beta (v - St^T k); St += k delta^T; o = St^T q
     std::vector<at::Tensor> outs;
-    at::Tensor q = r.q.to(compute), k = r.k.to(compute), v = r.v.to(compute);
+    auto [q, k] = normalized_qk(r.q, r.k, Hv);
+    at::Tensor v = r.v.to(compute);
     at::Tensor decay = r.g.exp(), beta = r.beta;  // [B,S,Hv]
     for (int64_t t = 0; t < S; ++t) {
       at::Tensor kt = k.select(1, t).unsqueeze(-1);                                     // [B,Hv,Dk,1]

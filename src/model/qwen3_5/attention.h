@@ -93,7 +93,8 @@ class GatedDeltaNetImpl : public AttentionModule {
   };
   Projected project(const at::Tensor& x);
   // The rule's inputs from the convolved, activated channels mixed [B,S,C]: q, k
-  // [B,S,Hv,Dk] (normalised, q scaled), v [B,S,Hv,Dv], g, beta [B,S,Hv].
+  // [B,S,Hk,Dk] as they are (views; the rule normalises them), v [B,S,Hv,Dv] (a view),
+  // g, beta [B,S,Hv] in the compute type.
   struct RuleInputs {
     at::Tensor q, k, v, g, beta;
   };

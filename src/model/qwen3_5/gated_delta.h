@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "model/layers.h"
 
@@ -28,20 +29,29 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
                                    bool silu = false);
 
 // The gated delta rule, with the state restarting at zero at every sequence of `layout`.
-// q, k [B,S,Hv,Dk] (already L2-normalised, q already scaled by Dk^-1/2), v [B,S,Hv,Dv],
-// g [B,S,Hv] (log decay, <= 0), beta [B,S,Hv] -> o [B,S,Hv,Dv]. Per token and head, with the
+// q, k [B,S,Hk,Dk], v [B,S,Hv,Dv] with Hv a multiple of Hk (value head h reads key head
+// h / (Hv / Hk)), g [B,S,Hv] (log decay, <= 0), beta [B,S,Hv] -> o [B,S,Hv,Dv]. With
+// normalize_qk, q and k are first L2-normalised over Dk (see normalized_qk), as the model
+// feeds them; without it they are taken as they are. Per token and value head, with the
 // state St [Dk,Dv] starting at 0 at the sequence start:
 //   St <- exp(g) St;  delta = beta (v - St^T k);  St <- St + k delta^T;  o = St^T q.
 // Computed chunk-wise (`chunk` tokens at a time, a loop over chunks carrying the state) in
 // float32, or float64 for float64 inputs; returned in q's dtype. Differentiable in all five
-// inputs, with a backward of its own that recomputes each chunk's terms. Outputs at padding tokens are zero.
+// inputs, with a backward of its own that recomputes each chunk's terms. On the CPU
+// (core/cpu_kernels.h) the inputs are laid out in chunks, and the outputs back, in one pass
+// each way. Outputs at padding tokens are zero.
 // With final_state non-null, also sets it to each row's state after the last token of its
 // last non-padding sequence, [B,Hv,Dk,Dv] in the compute dtype (zeros for a row of padding
 // only): where incremental decoding carries on.
 // REQUIRES: B == layout.rows, S == layout.seq_len, chunk >= 1.
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                             const at::Tensor& beta, const SequenceLayout& layout, int64_t chunk = 64,
-                            at::Tensor* final_state = nullptr);
+                            at::Tensor* final_state = nullptr, bool normalize_qk = false);
+
+// q, k [B,S,Hk,Dk] -> each divided by sqrt(|x|^2 + 1e-6) over Dk, q then scaled by Dk^-1/2,
+// and each key head repeated for the `heads` / Hk value heads that read it: [B,S,heads,Dk]
+// in the compute type (float32, or float64 for float64 inputs).
+std::pair<at::Tensor, at::Tensor> normalized_qk(const at::Tensor& q, const at::Tensor& k, int64_t heads);
 
 // Bytes gated_delta_rule keeps for backward per token of sequences of `seq_len` tokens
 // (with the default chunk), in the compute type of `dtype_bytes` inputs: its packed inputs,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/cpu_clones.h"
+#include "core/cpu_kernels.h"
 #include "core/cpu_math.h"
 #include "core/error.h"
 #include "core/fixed_blocks.h"
@@ -269,7 +270,7 @@ at::Tensor causal_depthwise_conv1d(const at::Tensor& x, const at::Tensor& weight
   const at::Tensor offsets = one_sequence_a_row ? at::empty({0}, x.options().dtype(at::kLong))
                                                 : offsets_in_sequence(layout).to(x.device());
   const at::Tensor xc = x.to(compute), w = weight.to(compute).reshape({C, W});
-  if (x.device().is_cpu() && weight.device().is_cpu()) {
+  if (cpu_kernels_run(x.device(), compute) && weight.device().is_cpu()) {
     // The SiLU joins the pass where it runs in the compute type, as it would after the
     // convolution; a bf16 model rounds the convolution to bf16 first.
     const bool fused = silu && x.scalar_type() == compute;
