@@ -13,6 +13,8 @@
 #include <limits>
 #include <string>
 
+#include "aten_threads.h"
+
 namespace glint {
 namespace {
 
@@ -111,12 +113,8 @@ TEST(BatchedGemm, EmptyAndSingleProducts) {
 TEST(BatchedGemm, OneThreadAndTwoAgree) {
   at::manual_seed(6);
   const at::Tensor a = at::randn({64, 16, 32}), b = at::randn({64, 32, 24});
-  const int threads = at::get_num_threads();
-  at::set_num_threads(1);
-  const at::Tensor one = blas::batched_matmul(a, b);
-  at::set_num_threads(2);
-  const at::Tensor two = blas::batched_matmul(a, b);
-  at::set_num_threads(threads);
+  const at::Tensor one = testing::with_aten_threads(1, [&] { return blas::batched_matmul(a, b); });
+  const at::Tensor two = testing::with_aten_threads(2, [&] { return blas::batched_matmul(a, b); });
   EXPECT_TRUE(at::allclose(one, two, 1e-6, 1e-6));
   EXPECT_TRUE(at::allclose(two.to(at::kDouble), naive(at::zeros({64, 16, 24}), a, b, 1.0, 0.0), 1e-4, 1e-4));
 }

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "aten_threads.h"
 #include "core/cpu_kernels.h"
 #include "core/error.h"
 #include "model/layers.h"
@@ -170,7 +171,8 @@ Inputs normalized_by_hand(const Inputs& raw, int64_t H) {
 class GatedDeltaRuleChunks : public ::testing::TestWithParam<std::tuple<int64_t, bool, bool>> {};
 
 TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
-  const auto [chunk, aten, grouped] = GetParam();
+  const int64_t chunk = std::get<0>(GetParam());
+  const bool aten = std::get<1>(GetParam()), grouped = std::get<2>(GetParam());
   std::optional<AtenOperatorsOnly> aten_only;
   if (aten) aten_only.emplace();
   at::manual_seed(4);
@@ -398,12 +400,8 @@ TEST(CausalDepthwiseConv1d, WithSiluFloat32AndBf16AndAnyThreadCount) {
   EXPECT_TRUE(at::equal(causal_depthwise_conv1d(xb, w.to(at::kBFloat16), layout, true), want_b));
 
   // One thread and two: the same sums, bit for bit.
-  const int threads = at::get_num_threads();
-  at::set_num_threads(1);
-  const auto one = grads(at::kFloat);
-  at::set_num_threads(2);
-  const auto two = grads(at::kFloat);
-  at::set_num_threads(threads);
+  const auto one = with_aten_threads(1, [&] { return grads(at::kFloat); });
+  const auto two = with_aten_threads(2, [&] { return grads(at::kFloat); });
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << "output / dx / dw " << i;
 }
 

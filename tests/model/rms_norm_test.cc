@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "aten_threads.h"
 #include "core/error.h"
 
 namespace glint {
@@ -104,12 +105,8 @@ TEST(RmsNorm, Float32AgreesWithFloat64Bf16KeepsItsDtypeAndThreadsDoNotChangeTheS
   EXPECT_EQ(bf16.scalar_type(), at::kBFloat16);
   EXPECT_LT((bf16.to(at::kDouble) - f64[0]).abs().max().item<double>() / f64[0].abs().max().item<double>(), 2e-2);
 
-  const int threads = at::get_num_threads();
-  at::set_num_threads(1);
-  const auto one = run(at::kFloat);
-  at::set_num_threads(2);
-  const auto two = run(at::kFloat);
-  at::set_num_threads(threads);
+  const auto one = testing::with_aten_threads(1, [&] { return run(at::kFloat); });
+  const auto two = testing::with_aten_threads(2, [&] { return run(at::kFloat); });
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << "output / dx / dw / dgate " << i;
 }
 

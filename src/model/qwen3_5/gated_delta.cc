@@ -422,12 +422,18 @@ struct HeadRows {
 template <typename T>
 GLINT_CPU_CLONES T inverse_norm(const T* x, int64_t D) {
   T sum = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : sum)
+#endif
   for (int64_t i = 0; i < D; ++i) sum += x[i] * x[i];
   return T(1) / std::sqrt(sum + T(kQkNormEps));
 }
 
 template <typename T>
 GLINT_CPU_CLONES void scaled_copy(T* dst, const T* src, int64_t D, T scale) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
   for (int64_t i = 0; i < D; ++i) dst[i] = src[i] * scale;
 }
 
@@ -468,12 +474,18 @@ void pack_batch_cpu(const std::array<at::Tensor, 5>& in, const ChunkBatch& batch
 template <typename T>
 GLINT_CPU_CLONES void normalized_backward(const T* x, T* dy, int64_t D, T c) {
   T sum = 0, dot = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : sum, dot)
+#endif
   for (int64_t i = 0; i < D; ++i) {
     sum += x[i] * x[i];
     dot += x[i] * dy[i];
   }
   const T r = T(1) / std::sqrt(sum + T(kQkNormEps));
   const T along = dot * r * r;
+#ifdef _OPENMP
+#pragma omp simd
+#endif
   for (int64_t i = 0; i < D; ++i) dy[i] = c * r * (dy[i] - x[i] * along);
 }
 
