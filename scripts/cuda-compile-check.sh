@@ -146,7 +146,10 @@ for e in json.load(open(db)):
         if a in ("-c", "-MD") or a.endswith("ccache") or a.startswith("-std="):
             continue
         out.append(a.replace(old, new))
-    out[1:1] = ["-fsyntax-only", "-std=gnu++20", "-isystem", overlay]
+    # The commands name 2.6's include folders; from 2.9 on <torch/version.h> also reads
+    # <torch/headeronly/version.h> from the sysroot's include root, searched last here so
+    # that nothing else in it comes before the compiler's own headers.
+    out[1:1] = ["-fsyntax-only", "-std=gnu++20", "-isystem", overlay, "-idirafter", new]
     print("cd %s && %s" % (shlex.quote(e["directory"]), shlex.join(out)))
 PY
     if xargs -P "$(nproc)" -d '\n' -n 1 bash -c <"$work/newest/commands.sh" >>"$work/newest.log" 2>&1; then
