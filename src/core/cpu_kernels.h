@@ -8,7 +8,9 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 
 namespace glint {
 
@@ -19,6 +21,12 @@ inline std::atomic<int> aten_operators_only{0};
 inline bool cpu_kernels_run(c10::Device device, c10::ScalarType dtype) {
   return device.is_cpu() && (dtype == c10::kFloat || dtype == c10::kDouble) &&
          detail::aten_operators_only.load(std::memory_order_relaxed) == 0;
+}
+
+// Rows per task of a kernel's at::parallel_for over rows of `row_elements` values: about
+// 64 KiB of float32 each.
+inline int64_t rows_per_task(int64_t row_elements) {
+  return std::max<int64_t>(1, (int64_t(16) << 10) / std::max<int64_t>(1, row_elements));
 }
 
 // While one lives, cpu_kernels_run is false: for tests that hold ATen's path to the same

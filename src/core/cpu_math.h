@@ -1,10 +1,13 @@
-// Elementary functions for hand-written CPU loops that must vectorize: a call to libm's
-// exp keeps a loop scalar, a polynomial does not.
+// Elementary functions and row operations for hand-written CPU loops that must vectorize:
+// a call to libm's exp keeps a loop scalar, a polynomial does not; a float sum stays scalar
+// unless the loop says its order may be a vector's (omp simd reduction).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "core/cpu_clones.h"
 
 namespace glint {
 
@@ -34,5 +37,32 @@ inline float exp_approx(float x) {
 
 // float64 loops are for checks, not speed: libm's exp.
 inline double exp_approx(double x) { return std::exp(x); }
+
+// o = s y, or o += s y, over H elements.
+template <typename T>
+GLINT_CPU_CLONES void scaled_row(T* o, const T* y, T s, int64_t H, bool accumulate) {
+  if (accumulate) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int64_t h = 0; h < H; ++h) o[h] += s * y[h];
+  } else {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+    for (int64_t h = 0; h < H; ++h) o[h] = s * y[h];
+  }
+}
+
+// a . b over H elements, summed in vector lanes (the machine's width decides the order).
+template <typename T>
+GLINT_CPU_CLONES T dot_row(const T* a, const T* b, int64_t H) {
+  T sum = 0;
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : sum)
+#endif
+  for (int64_t h = 0; h < H; ++h) sum += a[h] * b[h];
+  return sum;
+}
 
 }  // namespace glint

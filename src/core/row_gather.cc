@@ -9,6 +9,7 @@
 
 #include "core/cpu_clones.h"
 #include "core/cpu_kernels.h"
+#include "core/cpu_math.h"
 #include "core/error.h"
 
 namespace glint {
@@ -20,25 +21,6 @@ bool on_cpu_kernels(std::initializer_list<at::Tensor> ts) {
   for (const at::Tensor& x : ts)
     if (x.device() != first.device() || x.scalar_type() != first.scalar_type()) return false;
   return cpu_kernels_run(first.device(), first.scalar_type());
-}
-
-// Rows per task: about 64 KiB of a row's values each.
-int64_t grain(int64_t row_elements) { return std::max<int64_t>(1, (int64_t(16) << 10) / std::max<int64_t>(1, row_elements)); }
-
-// o = s y, or o += s y.
-template <typename T>
-GLINT_CPU_CLONES void scaled_row(T* o, const T* y, T s, int64_t H, bool accumulate) {
-  if (accumulate) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-    for (int64_t h = 0; h < H; ++h) o[h] += s * y[h];
-  } else {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-    for (int64_t h = 0; h < H; ++h) o[h] = s * y[h];
-  }
 }
 
 // dy = s g; returns y . g.
@@ -58,7 +40,7 @@ GLINT_CPU_CLONES T scaled_row_and_dot(T* dy, const T* y, const T* g, T s, int64_
 // out[m] = sum over r of w[n] rows[n], n = readers[m, r] (w null: weight 1), in the readers' order.
 template <typename T>
 void row_sums(const T* rows, const T* w, const int64_t* readers, int64_t M, int64_t R, int64_t H, T* out) {
-  at::parallel_for(0, M, grain(H * R), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, M, rows_per_task(H * R), [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m)
       for (int64_t r = 0; r < R; ++r) {
         const int64_t n = readers[m * R + r];
@@ -71,7 +53,7 @@ void row_sums(const T* rows, const T* w, const int64_t* readers, int64_t M, int6
 template <typename T>
 void weighted_sum_backward(const T* g, const T* rows, const T* w, const int64_t* readers, int64_t M, int64_t R,
                            int64_t H, T* d_rows, T* d_w) {
-  at::parallel_for(0, M, grain(H * R), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, M, rows_per_task(H * R), [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m)
       for (int64_t r = 0; r < R; ++r) {
         const int64_t n = readers[m * R + r];

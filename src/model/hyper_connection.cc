@@ -6,8 +6,8 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "core/cpu_clones.h"
 #include "core/cpu_kernels.h"
+#include "core/cpu_math.h"
 
 namespace glint {
 
@@ -32,33 +32,6 @@ bool mix_kernels_run(const at::Tensor& streams, std::initializer_list<at::Tensor
   return true;
 }
 
-template <typename T>
-GLINT_CPU_CLONES void axpy_row(T* out, const T* x, T a, int64_t H) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-  for (int64_t i = 0; i < H; ++i) out[i] += a * x[i];
-}
-template <typename T>
-GLINT_CPU_CLONES void scale_row(T* out, const T* x, T a, int64_t H) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-  for (int64_t i = 0; i < H; ++i) out[i] = a * x[i];
-}
-template <typename T>
-GLINT_CPU_CLONES T dot_row(const T* a, const T* b, int64_t H) {
-  T sum = 0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : sum)
-#endif
-  for (int64_t i = 0; i < H; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// Tokens per task: about 64 KiB of streams each.
-int64_t token_grain(int64_t n, int64_t H) { return std::max<int64_t>(1, (int64_t(16) << 10) / std::max<int64_t>(1, n * H)); }
-
 // x = sum_j w_j X_j per token: w [T, n], X [T, n, H] -> [T, H], and back.
 struct CollapseCpu : torch::autograd::Function<CollapseCpu> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& w, const at::Tensor& X) {
@@ -67,10 +40,10 @@ struct CollapseCpu : torch::autograd::Function<CollapseCpu> {
     AT_DISPATCH_FLOATING_TYPES(X.scalar_type(), "hc_collapse", [&] {
       const scalar_t *wp = w.data_ptr<scalar_t>(), *xp = X.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
-      at::parallel_for(0, T, token_grain(n, H), [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, T, rows_per_task(n * H), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-          scale_row(op + t * H, xp + t * n * H, wp[t * n], H);
-          for (int64_t j = 1; j < n; ++j) axpy_row(op + t * H, xp + (t * n + j) * H, wp[t * n + j], H);
+          scaled_row(op + t * H, xp + t * n * H, wp[t * n], H, false);
+          for (int64_t j = 1; j < n; ++j) scaled_row(op + t * H, xp + (t * n + j) * H, wp[t * n + j], H, true);
         }
       });
     });
@@ -87,10 +60,10 @@ struct CollapseCpu : torch::autograd::Function<CollapseCpu> {
     AT_DISPATCH_FLOATING_TYPES(X.scalar_type(), "hc_collapse_backward", [&] {
       const scalar_t *wp = w.data_ptr<scalar_t>(), *xp = X.data_ptr<scalar_t>(), *gp = dc.data_ptr<scalar_t>();
       scalar_t *dwp = dw.data_ptr<scalar_t>(), *dxp = dX.data_ptr<scalar_t>();
-      at::parallel_for(0, T, token_grain(n, H), [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, T, rows_per_task(n * H), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t)
           for (int64_t j = 0; j < n; ++j) {
-            scale_row(dxp + (t * n + j) * H, gp + t * H, wp[t * n + j], H);
+            scaled_row(dxp + (t * n + j) * H, gp + t * H, wp[t * n + j], H, false);
             dwp[t * n + j] = dot_row(xp + (t * n + j) * H, gp + t * H, H);
           }
       });
@@ -110,12 +83,12 @@ struct MixCpu : torch::autograd::Function<MixCpu> {
       const scalar_t *xp = X.data_ptr<scalar_t>(), *cp = C.data_ptr<scalar_t>(), *pp = post.data_ptr<scalar_t>(),
                      *yp = y.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
-      at::parallel_for(0, T, token_grain(n, H), [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, T, rows_per_task(n * H), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t)
           for (int64_t k = 0; k < n; ++k) {
             scalar_t* o = op + (t * n + k) * H;
-            scale_row(o, yp + t * H, pp[t * n + k], H);
-            for (int64_t j = 0; j < n; ++j) axpy_row(o, xp + (t * n + j) * H, cp[(t * n + j) * n + k], H);
+            scaled_row(o, yp + t * H, pp[t * n + k], H, false);
+            for (int64_t j = 0; j < n; ++j) scaled_row(o, xp + (t * n + j) * H, cp[(t * n + j) * n + k], H, true);
           }
       });
     });
@@ -134,17 +107,17 @@ struct MixCpu : torch::autograd::Function<MixCpu> {
                      *yp = y.data_ptr<scalar_t>(), *gp = dO.data_ptr<scalar_t>();
       scalar_t *dxp = dX.data_ptr<scalar_t>(), *dcp = dC.data_ptr<scalar_t>(), *dpp = dpost.data_ptr<scalar_t>(),
                *dyp = dy.data_ptr<scalar_t>();
-      at::parallel_for(0, T, token_grain(n, H), [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, T, rows_per_task(n * H), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           const scalar_t* g = gp + t * n * H;  // dX'_k at g + k H
-          scale_row(dyp + t * H, g, pp[t * n], H);
-          for (int64_t k = 1; k < n; ++k) axpy_row(dyp + t * H, g + k * H, pp[t * n + k], H);
+          scaled_row(dyp + t * H, g, pp[t * n], H, false);
+          for (int64_t k = 1; k < n; ++k) scaled_row(dyp + t * H, g + k * H, pp[t * n + k], H, true);
           for (int64_t k = 0; k < n; ++k) dpp[t * n + k] = dot_row(yp + t * H, g + k * H, H);
           for (int64_t j = 0; j < n; ++j) {
             const scalar_t* xj = xp + (t * n + j) * H;
             scalar_t* dxj = dxp + (t * n + j) * H;
-            scale_row(dxj, g, cp[(t * n + j) * n], H);
-            for (int64_t k = 1; k < n; ++k) axpy_row(dxj, g + k * H, cp[(t * n + j) * n + k], H);
+            scaled_row(dxj, g, cp[(t * n + j) * n], H, false);
+            for (int64_t k = 1; k < n; ++k) scaled_row(dxj, g + k * H, cp[(t * n + j) * n + k], H, true);
             for (int64_t k = 0; k < n; ++k) dcp[(t * n + j) * n + k] = dot_row(xj, g + k * H, H);
           }
         }

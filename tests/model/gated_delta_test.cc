@@ -166,13 +166,16 @@ Inputs normalized_by_hand(const Inputs& raw, int64_t H) {
 // central differences of the reference, on two packed sequences that cross chunk borders.
 // Chunk 3 runs the first sequence as two chunks and the second as a batch of its own; chunk
 // 2 as three, so gradients flow back through states that cross more than one chunk. Each
-// on the CPU kernels' packing and on ATen's, and with raw q, k of one key head for two
-// value heads that the rule normalises.
-class GatedDeltaRuleChunks : public ::testing::TestWithParam<std::tuple<int64_t, bool, bool>> {};
+// on the CPU kernels' packing and on ATen's, and in three forms of q, k: one per value
+// head; one key head read by two value heads; and that, normalised by the rule.
+enum class QkForm { kPerValueHead, kGrouped, kGroupedNormalized };
+class GatedDeltaRuleChunks : public ::testing::TestWithParam<std::tuple<int64_t, bool, QkForm>> {};
 
 TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
   const int64_t chunk = std::get<0>(GetParam());
-  const bool aten = std::get<1>(GetParam()), grouped = std::get<2>(GetParam());
+  const bool aten = std::get<1>(GetParam());
+  const bool grouped = std::get<2>(GetParam()) != QkForm::kPerValueHead;
+  const bool normalize = std::get<2>(GetParam()) == QkForm::kGroupedNormalized;
   std::optional<AtenOperatorsOnly> aten_only;
   if (aten) aten_only.emplace();
   at::manual_seed(4);
@@ -186,10 +189,12 @@ TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
   at::Tensor R = at::randn({1, layout.seq_len, H, Dv}, kDeltaF64Options);
   std::vector<at::Tensor*> leaves = {&in.q, &in.k, &in.v, &in.g, &in.beta};
   for (at::Tensor* t : leaves) t->requires_grad_(true);
-  (gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout, chunk, nullptr, grouped) * R).sum().backward();
+  (gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, layout, chunk, nullptr, normalize) * R).sum().backward();
 
   auto loss_ref = [&](const Inputs& raw) {
-    const Inputs x = grouped ? normalized_by_hand(raw, H) : raw;
+    const Inputs x = normalize ? normalized_by_hand(raw, H)
+                     : grouped ? Inputs{raw.q.repeat_interleave(H, 2), raw.k.repeat_interleave(H, 2), raw.v, raw.g, raw.beta}
+                               : raw;
     double sum = 0;
     for (const auto& s : layout.spans)
       if (!s.padding)
@@ -218,7 +223,9 @@ TEST_P(GatedDeltaRuleChunks, GradientsMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GatedDeltaRule, GatedDeltaRuleChunks,
-                         ::testing::Combine(::testing::Values(3, 2), ::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values(3, 2), ::testing::Bool(),
+                                            ::testing::Values(QkForm::kPerValueHead, QkForm::kGrouped,
+                                                              QkForm::kGroupedNormalized)));
 
 // Packed rows of several sequences and padding, raw q, k of 2 key heads for 6 value heads,
 // float64 and float32: the kernels' packing and ATen's against the reference, and each

@@ -22,6 +22,7 @@
 #include "core/blas.h"
 #include "core/cpu_clones.h"
 #include "core/cpu_kernels.h"
+#include "core/cpu_math.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 
@@ -420,21 +421,8 @@ struct HeadRows {
 };
 
 template <typename T>
-GLINT_CPU_CLONES T inverse_norm(const T* x, int64_t D) {
-  T sum = 0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : sum)
-#endif
-  for (int64_t i = 0; i < D; ++i) sum += x[i] * x[i];
-  return T(1) / std::sqrt(sum + T(kQkNormEps));
-}
-
-template <typename T>
-GLINT_CPU_CLONES void scaled_copy(T* dst, const T* src, int64_t D, T scale) {
-#ifdef _OPENMP
-#pragma omp simd
-#endif
-  for (int64_t i = 0; i < D; ++i) dst[i] = src[i] * scale;
+T inverse_norm(const T* x, int64_t D) {
+  return T(1) / std::sqrt(dot_row(x, x, D) + T(kQkNormEps));
 }
 
 // The slots of one batch written from the inputs: [q | k | v | g | beta] per head, zeros
@@ -451,6 +439,7 @@ void pack_batch_cpu(const std::array<at::Tensor, 5>& in, const ChunkBatch& batch
   at::parallel_for(0, batch.slot_token.numel(), 8, [&](int64_t begin, int64_t end) {
     for (int64_t slot = begin; slot < end; ++slot) {
       const int64_t token = slot_token[slot], kn = slot / L, l = slot % L;
+      T q_factor = 1, k_factor = 1;  // key head h / r's, for its r value heads
       for (int64_t h = 0; h < d.H; ++h) {
         T* dst = xc + ((kn * d.H + h) * L + l) * F;
         if (token < 0) {
@@ -459,8 +448,12 @@ void pack_batch_cpu(const std::array<at::Tensor, 5>& in, const ChunkBatch& batch
         }
         const T* qs = q.at(token, h / r);
         const T* ks = k.at(token, h / r);
-        scaled_copy(dst, qs, d.Dk, d.normalize ? q_scale * inverse_norm(qs, d.Dk) : T(1));
-        scaled_copy(dst + d.Dk, ks, d.Dk, d.normalize ? inverse_norm(ks, d.Dk) : T(1));
+        if (d.normalize && h % r == 0) {
+          q_factor = q_scale * inverse_norm(qs, d.Dk);
+          k_factor = inverse_norm(ks, d.Dk);
+        }
+        scaled_row(dst, qs, q_factor, d.Dk, false);
+        scaled_row(dst + d.Dk, ks, k_factor, d.Dk, false);
         std::copy(v.at(token, h), v.at(token, h) + d.Dv, dst + 2 * d.Dk);
         const int64_t b = token / d.S, s = token % d.S;
         dst[2 * d.Dk + d.Dv] = gp[b * g.stride(0) + s * g.stride(1) + h * g.stride(2)];
@@ -473,16 +466,8 @@ void pack_batch_cpu(const std::array<at::Tensor, 5>& in, const ChunkBatch& batch
 // dy <- the gradient of x through y = c x / sqrt(|x|^2 + eps): c r (dy - x (x . dy) r^2).
 template <typename T>
 GLINT_CPU_CLONES void normalized_backward(const T* x, T* dy, int64_t D, T c) {
-  T sum = 0, dot = 0;
-#ifdef _OPENMP
-#pragma omp simd reduction(+ : sum, dot)
-#endif
-  for (int64_t i = 0; i < D; ++i) {
-    sum += x[i] * x[i];
-    dot += x[i] * dy[i];
-  }
-  const T r = T(1) / std::sqrt(sum + T(kQkNormEps));
-  const T along = dot * r * r;
+  const T r = inverse_norm(x, D);
+  const T along = dot_row(x, dy, D) * r * r;
 #ifdef _OPENMP
 #pragma omp simd
 #endif
@@ -519,15 +504,8 @@ void unpack_input_grads_cpu(const std::vector<at::Tensor>& d_xc, const ChunkPlan
       for (int64_t h = 0; h < d.H; ++h) {
         const T* src = grad + ((kn * d.H + h) * L + l) * F;
         const int64_t j = h / r;
-        if (h % r == 0) {
-          std::copy(src, src + d.Dk, tq + j * d.Dk);
-          std::copy(src + d.Dk, src + 2 * d.Dk, tk + j * d.Dk);
-        } else {
-          for (int64_t i = 0; i < d.Dk; ++i) {
-            tq[j * d.Dk + i] += src[i];
-            tk[j * d.Dk + i] += src[d.Dk + i];
-          }
-        }
+        scaled_row(tq + j * d.Dk, src, T(1), d.Dk, h % r != 0);
+        scaled_row(tk + j * d.Dk, src + d.Dk, T(1), d.Dk, h % r != 0);
         std::copy(src + 2 * d.Dk, src + 2 * d.Dk + d.Dv, tv + h * d.Dv);
         dg[t * d.H + h] = src[2 * d.Dk + d.Dv];
         dbeta[t * d.H + h] = src[2 * d.Dk + d.Dv + 1];
@@ -658,13 +636,14 @@ struct UnpackChunks : torch::autograd::Function<UnpackChunks> {
 
 // The same moves on ATen's operators (other devices, AtenOperatorsOnly): gathers of rows
 // by the plan's indices, a zero row standing for padding.
+// t [B, S, Hk, D] -> [B, S, heads, D], key head j read by value heads j r .. j r + r - 1.
+at::Tensor heads_repeated(const at::Tensor& t, int64_t heads) {
+  return heads == t.size(2) ? t : t.repeat_interleave(heads / t.size(2), 2);
+}
+
 std::vector<at::Tensor> pack_aten(const std::array<at::Tensor, 5>& in, const ChunkPlan& plan, const PackDims& d) {
-  at::Tensor q = in[0], k = in[1];
-  if (d.normalize) std::tie(q, k) = normalized_qk(q, k, d.H);
-  else if (d.H != d.Hk) {
-    q = q.repeat_interleave(d.H / d.Hk, 2);
-    k = k.repeat_interleave(d.H / d.Hk, 2);
-  }
+  const auto [q, k] = d.normalize ? normalized_qk(in[0], in[1], d.H)
+                                   : std::make_pair(heads_repeated(in[0], d.H), heads_repeated(in[1], d.H));
   const int64_t B = q.size(0), F = d.F();
   at::Tensor rows = at::cat({q, k, in[2], in[3].unsqueeze(-1), in[4].unsqueeze(-1)}, -1).view({B * d.S, d.H, F});
   rows = at::cat({at::zeros({1, d.H, F}, rows.options()), rows}, 0);
@@ -742,12 +721,7 @@ std::pair<at::Tensor, at::Tensor> normalized_qk(const at::Tensor& q, const at::T
     const at::Tensor tf = t.to(compute);
     return tf * at::rsqrt(tf.pow(2).sum(-1, /*keepdim=*/true) + kQkNormEps);
   };
-  at::Tensor qn = l2(q) * (1.0 / std::sqrt(double(q.size(-1)))), kn = l2(k);
-  if (heads != q.size(2)) {
-    qn = qn.repeat_interleave(heads / q.size(2), 2);
-    kn = kn.repeat_interleave(heads / q.size(2), 2);
-  }
-  return {qn, kn};
+  return {heads_repeated(l2(q) * (1.0 / std::sqrt(double(q.size(-1)))), heads), heads_repeated(l2(k), heads)};
 }
 
 at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
